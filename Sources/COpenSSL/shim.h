@@ -1,0 +1,11 @@
+#include <openssl/evp.h>
+#include <openssl/sha.h>
+#include <openssl/hmac.h>
+#include <openssl/pem.h>
+#include <openssl/err.h>
+#include <openssl/rand.h>
+#include <openssl/bn.h>
+#include <openssl/ecdsa.h>
+#include <openssl/rsa.h>
+#include <openssl/crypto.h>
+#include <openssl/ssl.h>

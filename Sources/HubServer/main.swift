@@ -1,0 +1,3 @@
+import Hub
+
+print("hub \(HubVersion.string): server not built yet")

@@ -1,0 +1,3 @@
+import Hub
+
+print("hubctl \(HubVersion.string): not built yet")
