@@ -1,0 +1,260 @@
+import Foundation
+
+/// Everything `hub` can be told, from flags or `HUB_…` environment variables (a flag wins over its variable).
+/// Every field has a default that works on a fresh machine with no configuration at all.
+public struct HubConfiguration: Sendable, Equatable {
+    public var listen = "127.0.0.1:8080"
+    public var socketPath = "./hub.sock"
+    public var stateDirectory = "./.hub-state"
+    public var jwtSecretFile: String? = nil
+    /// The secret itself, only from `HUB_JWT_SECRET` (never a flag: flags show up in `ps`).
+    public var jwtSecret: String? = nil
+    public var jwtPublicKeyFile: String? = nil
+    public var jwtIssuer: String? = nil
+    public var jwtAudience: String? = nil
+    public var jwtLeewaySeconds = 30
+    public var channels = ["profile_updates", "wallet_updates"]
+    public var threads = 0  // 0: one per core
+    public var echo = false
+    public var maxConnections = 0  // 0: derived from RLIMIT_NOFILE
+    public var maxMessageBytes = 64 * 1024
+    public var maxEchoMessageBytes = 16 * 1024 * 1024
+    public var maxQueuedBytes = 1024 * 1024
+    public var maxSubscriptions = 64
+    public var handshakeTimeoutSeconds = 10
+    public var pingIntervalSeconds = 25
+    public var pongTimeoutSeconds = 10
+    public var tokenWarningSeconds = 60
+    public var rateLimitPerMinute = 100
+    public var maxLineBytes = 1024 * 1024
+    public var maxEventBytes = 256 * 1024
+    public var shutdownTimeoutSeconds = 5
+
+    public init() {}
+
+    /// One option: its flag, environment variable, help text and how it sets the configuration.
+    struct Option: Sendable {
+        enum Kind: Sendable { case value(placeholder: String), flag }
+        let name: String
+        let kind: Kind
+        let help: String
+        let defaultText: @Sendable (HubConfiguration) -> String
+        let apply: @Sendable (inout HubConfiguration, String) throws(ConfigurationError) -> Void
+        var environmentName: String { "HUB_" + name.uppercased().replacingOccurrences(of: "-", with: "_") }
+    }
+
+    public struct ConfigurationError: Error, Equatable, CustomStringConvertible {
+        public let message: String
+        public var description: String { message }
+    }
+
+    static let options: [Option] = [
+        .init(name: "listen", kind: .value(placeholder: "HOST:PORT"), help: "where clients connect (port 0 picks a free port)",
+              defaultText: { $0.listen }, apply: { c, v throws(ConfigurationError) in c.listen = try parseListen(v) }),
+        .init(name: "socket", kind: .value(placeholder: "PATH"), help: "Unix socket for publishing and hubctl (mode 0660)",
+              defaultText: { $0.socketPath }, apply: { c, v throws(ConfigurationError) in c.socketPath = try nonEmpty(v, "socket") }),
+        .init(name: "state-dir", kind: .value(placeholder: "DIR"), help: "where the hub keeps its generated JWT secret",
+              defaultText: { $0.stateDirectory }, apply: { c, v throws(ConfigurationError) in c.stateDirectory = try nonEmpty(v, "state-dir") }),
+        .init(name: "jwt-secret-file", kind: .value(placeholder: "FILE"), help: "HS256 secret (file text, surrounding whitespace ignored); HUB_JWT_SECRET gives the secret itself",
+              defaultText: { _ in "generated in the state dir" }, apply: { c, v throws(ConfigurationError) in c.jwtSecretFile = try nonEmpty(v, "jwt-secret-file") }),
+        .init(name: "jwt-public-key", kind: .value(placeholder: "PEM"), help: "verify RS256/ES256 tokens with this public key file instead of a secret",
+              defaultText: { _ in "none" }, apply: { c, v throws(ConfigurationError) in c.jwtPublicKeyFile = try nonEmpty(v, "jwt-public-key") }),
+        .init(name: "jwt-issuer", kind: .value(placeholder: "ISS"), help: "require this iss claim",
+              defaultText: { _ in "not checked" }, apply: { c, v throws(ConfigurationError) in c.jwtIssuer = try nonEmpty(v, "jwt-issuer") }),
+        .init(name: "jwt-audience", kind: .value(placeholder: "AUD"), help: "require this aud claim",
+              defaultText: { _ in "not checked" }, apply: { c, v throws(ConfigurationError) in c.jwtAudience = try nonEmpty(v, "jwt-audience") }),
+        .init(name: "jwt-leeway", kind: .value(placeholder: "DURATION"), help: "clock skew allowed on exp and nbf",
+              defaultText: { "\($0.jwtLeewaySeconds)s" }, apply: { c, v throws(ConfigurationError) in c.jwtLeewaySeconds = try parseDuration(v, "jwt-leeway", allowZero: true) }),
+        .init(name: "channels", kind: .value(placeholder: "LIST"), help: "comma-separated channel names clients may subscribe to",
+              defaultText: { $0.channels.joined(separator: ",") }, apply: { c, v throws(ConfigurationError) in c.channels = try parseChannels(v) }),
+        .init(name: "threads", kind: .value(placeholder: "N"), help: "event-loop threads",
+              defaultText: { _ in "one per core" }, apply: { c, v throws(ConfigurationError) in c.threads = try parseInt(v, "threads", 1...1024) }),
+        .init(name: "echo", kind: .flag, help: "also serve /echo without auth (diagnostics, conformance suites)",
+              defaultText: { _ in "off" }, apply: { c, v throws(ConfigurationError) in c.echo = try parseBool(v, "echo") }),
+        .init(name: "max-connections", kind: .value(placeholder: "N"), help: "client connections beyond this get HTTP 503",
+              defaultText: { _ in "open-file limit minus a reserve" }, apply: { c, v throws(ConfigurationError) in c.maxConnections = try parseInt(v, "max-connections", 1...10_000_000) }),
+        .init(name: "max-message-bytes", kind: .value(placeholder: "BYTES"), help: "largest client message on /ws (larger: close 1009)",
+              defaultText: { "\($0.maxMessageBytes)" }, apply: { c, v throws(ConfigurationError) in c.maxMessageBytes = try parseInt(v, "max-message-bytes", 125...(64 << 20)) }),
+        .init(name: "max-queued-bytes", kind: .value(placeholder: "BYTES"), help: "outbound bytes a connection may have queued (more: close 4008)",
+              defaultText: { "\($0.maxQueuedBytes)" }, apply: { c, v throws(ConfigurationError) in c.maxQueuedBytes = try parseInt(v, "max-queued-bytes", 4096...(1 << 30)) }),
+        .init(name: "max-subscriptions", kind: .value(placeholder: "N"), help: "channels one connection may subscribe to",
+              defaultText: { "\($0.maxSubscriptions)" }, apply: { c, v throws(ConfigurationError) in c.maxSubscriptions = try parseInt(v, "max-subscriptions", 1...100_000) }),
+        .init(name: "handshake-timeout", kind: .value(placeholder: "DURATION"), help: "time to send the request head (slowloris guard: HTTP 408)",
+              defaultText: { "\($0.handshakeTimeoutSeconds)s" }, apply: { c, v throws(ConfigurationError) in c.handshakeTimeoutSeconds = try parseDuration(v, "handshake-timeout") }),
+        .init(name: "ping-interval", kind: .value(placeholder: "DURATION"), help: "WebSocket ping interval",
+              defaultText: { "\($0.pingIntervalSeconds)s" }, apply: { c, v throws(ConfigurationError) in c.pingIntervalSeconds = try parseDuration(v, "ping-interval") }),
+        .init(name: "pong-timeout", kind: .value(placeholder: "DURATION"), help: "close (4002) when no pong arrives within this",
+              defaultText: { "\($0.pongTimeoutSeconds)s" }, apply: { c, v throws(ConfigurationError) in c.pongTimeoutSeconds = try parseDuration(v, "pong-timeout") }),
+        .init(name: "token-warning", kind: .value(placeholder: "DURATION"), help: "send token_expiring this long before the token expires",
+              defaultText: { "\($0.tokenWarningSeconds)s" }, apply: { c, v throws(ConfigurationError) in c.tokenWarningSeconds = try parseDuration(v, "token-warning", allowZero: true) }),
+        .init(name: "rate-limit", kind: .value(placeholder: "N"), help: "client messages per minute per connection",
+              defaultText: { "\($0.rateLimitPerMinute)" }, apply: { c, v throws(ConfigurationError) in c.rateLimitPerMinute = try parseInt(v, "rate-limit", 1...1_000_000) }),
+        .init(name: "max-line-bytes", kind: .value(placeholder: "BYTES"), help: "longest request line on the Unix socket",
+              defaultText: { "\($0.maxLineBytes)" }, apply: { c, v throws(ConfigurationError) in c.maxLineBytes = try parseInt(v, "max-line-bytes", 1024...(64 << 20)) }),
+        .init(name: "max-event-bytes", kind: .value(placeholder: "BYTES"), help: "largest event frame a publish may produce",
+              defaultText: { "\($0.maxEventBytes)" }, apply: { c, v throws(ConfigurationError) in c.maxEventBytes = try parseInt(v, "max-event-bytes", 256...(16 << 20)) }),
+        .init(name: "shutdown-timeout", kind: .value(placeholder: "DURATION"), help: "how long SIGTERM waits for close handshakes",
+              defaultText: { "\($0.shutdownTimeoutSeconds)s" }, apply: { c, v throws(ConfigurationError) in c.shutdownTimeoutSeconds = try parseDuration(v, "shutdown-timeout", allowZero: true) }),
+    ]
+
+    public enum ParseOutcome: Equatable, Sendable {
+        case run(HubConfiguration)
+        case help(String)
+        case version
+    }
+
+    /// Reads `HUB_…` variables first, then the flags (`--name value`, `--name=value`, and `--echo` style booleans).
+    public static func parse(arguments: [String], environment: [String: String]) throws(ConfigurationError) -> ParseOutcome {
+        var config = HubConfiguration()
+        if let secret = environment["HUB_JWT_SECRET"] {
+            let trimmed = secret.trimmingCharacters(in: .whitespacesAndNewlines)
+            guard !trimmed.isEmpty else { throw ConfigurationError(message: "HUB_JWT_SECRET is set but empty") }
+            config.jwtSecret = trimmed
+        }
+        for option in options {
+            if let value = environment[option.environmentName] {
+                do { try option.apply(&config, value) } catch {
+                    throw ConfigurationError(message: "\(option.environmentName): \(error.message)")
+                }
+            }
+        }
+        var index = 0
+        while index < arguments.count {
+            let argument = arguments[index]
+            index += 1
+            if argument == "--help" || argument == "-h" { return .help(helpText()) }
+            if argument == "--version" { return .version }
+            guard argument.hasPrefix("--") else {
+                throw ConfigurationError(message: "unexpected argument '\(argument)' (see hub --help)")
+            }
+            var name = String(argument.dropFirst(2))
+            var inlineValue: String? = nil
+            if let eq = name.firstIndex(of: "=") {
+                inlineValue = String(name[name.index(after: eq)...])
+                name = String(name[..<eq])
+            }
+            guard let option = options.first(where: { $0.name == name }) else {
+                throw ConfigurationError(message: "unknown option --\(name) (see hub --help)")
+            }
+            let value: String
+            switch option.kind {
+            case .flag:
+                value = inlineValue ?? "true"
+            case .value:
+                if let inlineValue {
+                    value = inlineValue
+                } else {
+                    guard index < arguments.count else { throw ConfigurationError(message: "--\(name) needs a value") }
+                    value = arguments[index]
+                    index += 1
+                }
+            }
+            do { try option.apply(&config, value) } catch {
+                throw ConfigurationError(message: "--\(name): \(error.message)")
+            }
+        }
+        if config.jwtPublicKeyFile != nil && (config.jwtSecretFile != nil || config.jwtSecret != nil) {
+            throw ConfigurationError(message: "--jwt-public-key and a JWT secret are mutually exclusive: the key decides the algorithm")
+        }
+        return .run(config)
+    }
+
+    public static func helpText() -> String {
+        let defaults = HubConfiguration()
+        var lines = [
+            "hub \(HubVersion.string): realtime WebSocket event hub",
+            "",
+            "Usage: hub [options]",
+            "",
+            "Clients connect to ws://HOST:PORT/ws with a bearer JWT; the backend publishes on the Unix socket.",
+            "Every option can also be set with the environment variable shown.",
+            "",
+            "Options:",
+        ]
+        for option in options {
+            let left: String
+            switch option.kind {
+            case .value(let placeholder): left = "--\(option.name) \(placeholder)"
+            case .flag: left = "--\(option.name)"
+            }
+            let padded = left.padding(toLength: max(30, left.count + 1), withPad: " ", startingAt: 0)
+            lines.append("  \(padded)\(option.help)")
+            lines.append("  \(String(repeating: " ", count: max(30, left.count + 1)))[\(option.environmentName); default: \(option.defaultText(defaults))]")
+        }
+        lines.append("  --help                        show this help")
+        lines.append("  --version                     print the version")
+        lines.append("")
+        lines.append("HUB_JWT_SECRET sets the HS256 secret itself. With no secret and no public key the hub creates")
+        lines.append("a random secret in the state dir; `hubctl token ACCOUNT` mints tokens with it.")
+        return lines.joined(separator: "\n")
+    }
+
+    // MARK: value parsers
+
+    static func nonEmpty(_ value: String, _ what: String) throws(ConfigurationError) -> String {
+        guard !value.isEmpty else { throw ConfigurationError(message: "\(what) must not be empty") }
+        return value
+    }
+
+    static func parseInt(_ value: String, _ what: String, _ range: ClosedRange<Int>) throws(ConfigurationError) -> Int {
+        guard let n = Int(value), range.contains(n) else {
+            throw ConfigurationError(message: "expected a whole number in \(range.lowerBound)...\(range.upperBound), got '\(value)'")
+        }
+        return n
+    }
+
+    static func parseBool(_ value: String, _ what: String) throws(ConfigurationError) -> Bool {
+        switch value.lowercased() {
+        case "1", "true", "yes", "on": return true
+        case "0", "false", "no", "off", "": return false
+        default: throw ConfigurationError(message: "expected true or false, got '\(value)'")
+        }
+    }
+
+    /// "25", "25s", "2m", "1h" → seconds.
+    static func parseDuration(_ value: String, _ what: String, allowZero: Bool = false) throws(ConfigurationError) -> Int {
+        var digits = value
+        var unit = 1
+        if let last = value.last, !last.isNumber {
+            digits = String(value.dropLast())
+            switch last {
+            case "s": unit = 1
+            case "m": unit = 60
+            case "h": unit = 3600
+            default: throw ConfigurationError(message: "expected a duration like 30s, 5m or 1h, got '\(value)'")
+            }
+        }
+        guard let n = Int(digits), n >= (allowZero ? 0 : 1), n <= 7 * 24 * 3600 / unit else {
+            throw ConfigurationError(message: "expected a duration like 30s, 5m or 1h, got '\(value)'")
+        }
+        return n * unit
+    }
+
+    static func parseChannels(_ value: String) throws(ConfigurationError) -> [String] {
+        var names: [String] = []
+        for part in value.split(separator: ",", omittingEmptySubsequences: false) {
+            let name = part.trimmingCharacters(in: .whitespaces)
+            guard isValidChannelName(name) else {
+                throw ConfigurationError(message: "invalid channel name '\(name)': use 1-128 characters from A-Z a-z 0-9 _ - . :")
+            }
+            if !names.contains(name) { names.append(name) }
+        }
+        guard !names.isEmpty else { throw ConfigurationError(message: "at least one channel is needed") }
+        return names
+    }
+
+    static func isValidChannelName(_ name: String) -> Bool {
+        guard (1...128).contains(name.utf8.count) else { return false }
+        return name.utf8.allSatisfy { b in
+            (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5A) || (b >= 0x61 && b <= 0x7A) || b == 0x5F || b == 0x2D || b == 0x2E || b == 0x3A
+        }
+    }
+
+    static func parseListen(_ value: String) throws(ConfigurationError) -> String {
+        guard let colon = value.lastIndex(of: ":"), let port = Int(value[value.index(after: colon)...]), (0...65535).contains(port),
+              colon != value.startIndex else {
+            throw ConfigurationError(message: "expected HOST:PORT (e.g. 127.0.0.1:8080, [::1]:8080, 0.0.0.0:8080), got '\(value)'")
+        }
+        return value
+    }
+}

@@ -1,0 +1,185 @@
+import Testing
+@testable import Hub
+
+final class FakeSubscriber {
+    let name: String
+    init(_ name: String) { self.name = name }
+}
+
+@Suite("Routing")
+struct RoutingTests {
+    @Test func accountEventsReachOnlyThatAccountsSubscribers() {
+        var registry = LocalRegistry<FakeSubscriber>(channelCount: 2)
+        let a1 = FakeSubscriber("a1"), a2 = FakeSubscriber("a2"), b1 = FakeSubscriber("b1")
+        registry.subscribe(a1, account: "acc_a", channel: 0)
+        registry.subscribe(a2, account: "acc_a", channel: 1)
+        registry.subscribe(b1, account: "acc_b", channel: 0)
+        #expect(registry.subscribers(channel: 0, account: "acc_a").map(\.name) == ["a1"])
+        #expect(registry.subscribers(channel: 1, account: "acc_a").map(\.name) == ["a2"])
+        #expect(registry.subscribers(channel: 0, account: "acc_b").map(\.name) == ["b1"])
+        #expect(registry.subscribers(channel: 1, account: "acc_b").isEmpty)
+        #expect(registry.subscribers(channel: 0, account: "acc_c").isEmpty)
+        #expect(Set(registry.subscribers(channel: 0).map(\.name)) == ["a1", "b1"])
+    }
+
+    @Test func subscribeIsIdempotentAndUnsubscribeRemovesEverywhere() {
+        var registry = LocalRegistry<FakeSubscriber>(channelCount: 1)
+        let s = FakeSubscriber("s")
+        let first = registry.subscribe(s, account: "x", channel: 0)
+        let second = registry.subscribe(s, account: "x", channel: 0)
+        #expect(first && !second)
+        #expect(registry.totalSubscriptions == 1)
+        let removed = registry.unsubscribe(s, account: "x", channel: 0)
+        let removedAgain = registry.unsubscribe(s, account: "x", channel: 0)
+        #expect(removed && !removedAgain)
+        #expect(registry.subscribers(channel: 0, account: "x").isEmpty)
+        #expect(registry.subscribers(channel: 0).isEmpty)
+        #expect(registry.accountCounts(channel: 0).isEmpty)
+    }
+
+    @Test func subscriberSetSwapRemoveKeepsEveryOtherElement() {
+        var set = SubscriberSet<FakeSubscriber>()
+        let items = (0..<100).map { FakeSubscriber("\($0)") }
+        for item in items { set.insert(item) }
+        var expected = Set(items.map(\.name))
+        var rng = SystemRandomNumberGenerator()
+        for item in items.shuffled(using: &rng).prefix(60) {
+            let removed = set.remove(item)
+            #expect(removed)
+            expected.remove(item.name)
+            #expect(Set(set.elements.map(\.name)) == expected)
+        }
+        #expect(set.count == 40)
+    }
+
+    @Test func sequenceNumbersArePerStream() {
+        var table = SequenceTable()
+        let a = StreamKey(channel: 0, account: "a"), b = StreamKey(channel: 0, account: "b")
+        let broadcast = StreamKey(channel: 0, account: nil), otherChannel = StreamKey(channel: 1, account: "a")
+        let numbers = [table.advance(a), table.advance(a), table.advance(b), table.advance(broadcast),
+                       table.advance(otherChannel), table.advance(a)]
+        #expect(numbers == [1, 2, 1, 1, 1, 3])
+    }
+}
+
+@Suite("RateLimiter")
+struct RateLimiterTests {
+    let second: UInt64 = 1_000_000_000
+
+    @Test func allowsTheLimitThenRejectsWithRetryAfter() {
+        var limiter = RateLimiter(limit: 100, periodSeconds: 60, now: 0)
+        var allowed = 0
+        for _ in 0..<100 where limiter.consume(now: 0) == .allowed { allowed += 1 }
+        #expect(allowed == 100)
+        // One token refills every 0.6 s: retry after 1 s.
+        let rejected = limiter.consume(now: 0)
+        #expect(rejected == .limited(retryAfter: 1))
+        let later = limiter.consume(now: 700_000_000)
+        #expect(later == .allowed)
+    }
+
+    @Test func refillsOverThePeriod() {
+        var limiter = RateLimiter(limit: 10, periodSeconds: 60, now: 0)
+        for _ in 0..<10 { _ = limiter.consume(now: 0) }
+        let rejected = limiter.consume(now: 1)
+        #expect(rejected == .limited(retryAfter: 6))
+        var allowed = 0
+        for _ in 0..<20 where limiter.consume(now: 61 * second) == .allowed { allowed += 1 }
+        #expect(allowed == 10)
+    }
+
+    @Test func moreThanTwiceTheLimitIsAbusive() {
+        var limiter = RateLimiter(limit: 5, periodSeconds: 60, now: 0)
+        var decisions: [RateLimiter.Decision] = []
+        for _ in 0..<11 { decisions.append(limiter.consume(now: 0)) }
+        #expect(decisions.prefix(5).allSatisfy { $0 == .allowed })
+        #expect(decisions[5..<10].allSatisfy { if case .limited = $0 { true } else { false } })
+        #expect(decisions[10] == .abusive)
+    }
+}
+
+@Suite("LatencyHistogram")
+struct LatencyHistogramTests {
+    @Test func quantilesAreWithinBucketError() {
+        var h = LatencyHistogram()
+        for v in 1...1000 { h.record(UInt64(v) * 10_000) }  // 10 µs ... 10 ms
+        #expect(h.total == 1000)
+        let p50 = Double(h.quantile(0.5)), p99 = Double(h.quantile(0.99))
+        #expect(abs(p50 - 5_000_000) / 5_000_000 < 0.26)
+        #expect(abs(p99 - 9_900_000) / 9_900_000 < 0.26)
+        #expect(h.quantile(1.0) == 10_000_000)
+    }
+
+    @Test func bucketsAreMonotonicAndCoverTheirValues() {
+        var previous = -1
+        var v: UInt64 = 1
+        while v < 60_000_000_000 {
+            let b = LatencyHistogram.bucket(for: v)
+            #expect(b >= previous)
+            #expect(v < LatencyHistogram.upperBound(ofBucket: b) || b == LatencyHistogram.octaves * LatencyHistogram.subBucketsPerOctave)
+            previous = b
+            v = v + v / 7 + 1
+        }
+    }
+
+    @Test func mergeAddsCounts() {
+        var a = LatencyHistogram(), b = LatencyHistogram()
+        a.record(5_000); b.record(50_000); b.record(500_000)
+        a.merge(b)
+        #expect(a.total == 3)
+        #expect(a.maxNanoseconds == 500_000)
+    }
+}
+
+@Suite("HubConfiguration")
+struct HubConfigurationTests {
+    @Test func defaultsNeedNoConfiguration() throws {
+        let outcome = try HubConfiguration.parse(arguments: [], environment: [:])
+        #expect(outcome == .run(HubConfiguration()))
+        #expect(HubConfiguration().channels == ["profile_updates", "wallet_updates"])
+    }
+
+    @Test func flagsOverrideEnvironment() throws {
+        let outcome = try HubConfiguration.parse(
+            arguments: ["--listen", "127.0.0.1:0", "--channels=a,b,a", "--echo", "--ping-interval", "2m"],
+            environment: ["HUB_LISTEN": "0.0.0.0:9000", "HUB_THREADS": "3", "HUB_JWT_SECRET": "  s3cret \n"])
+        guard case .run(let c) = outcome else { Issue.record("expected run"); return }
+        #expect(c.listen == "127.0.0.1:0")
+        #expect(c.channels == ["a", "b"])
+        #expect(c.echo)
+        #expect(c.pingIntervalSeconds == 120)
+        #expect(c.threads == 3)
+        #expect(c.jwtSecret == "s3cret")
+    }
+
+    @Test(arguments: [
+        (["--nope"], "unknown option --nope"),
+        (["--threads", "0"], "--threads: expected a whole number"),
+        (["--listen", "8080"], "--listen: expected HOST:PORT"),
+        (["--channels", "ok,bad name"], "invalid channel name 'bad name'"),
+        (["--ping-interval", "5x"], "expected a duration"),
+        (["--socket"], "--socket needs a value"),
+        (["stray"], "unexpected argument 'stray'"),
+    ])
+    func badInputsSayWhatIsWrong(arguments: [String], message: String) {
+        #expect {
+            _ = try HubConfiguration.parse(arguments: arguments, environment: [:])
+        } throws: { error in
+            (error as? HubConfiguration.ConfigurationError)?.message.contains(message) == true
+        }
+    }
+
+    @Test func publicKeyAndSecretAreExclusive() {
+        #expect(throws: HubConfiguration.ConfigurationError.self) {
+            _ = try HubConfiguration.parse(arguments: ["--jwt-public-key", "k.pem"], environment: ["HUB_JWT_SECRET": "x"])
+        }
+    }
+
+    @Test func helpListsEveryOptionWithItsVariable() {
+        let help = HubConfiguration.helpText()
+        for option in HubConfiguration.options {
+            #expect(help.contains("--\(option.name)"))
+            #expect(help.contains(option.environmentName))
+        }
+    }
+}
