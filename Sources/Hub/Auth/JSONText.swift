@@ -36,8 +36,8 @@ enum JSONText {
             let double = number.doubleValue
             guard double.isFinite else { return .outOfRange }
             let truncated = double.rounded(.towardZero)
-            guard truncated >= -9.2e18, truncated <= 9.2e18 else { return .outOfRange }
-            return .value(Int64(truncated))
+            guard let exact = Int64(exactly: truncated) else { return .outOfRange }
+            return .value(exact)
         case "Q", "L":
             let unsigned = number.uint64Value
             guard unsigned <= UInt64(Int64.max) else { return .outOfRange }
