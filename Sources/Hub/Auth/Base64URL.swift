@@ -48,14 +48,21 @@ public enum Base64URL {
 
     /// Decodes ASCII bytes; `nil` for anything that is not canonical unpadded base64url.
     public static func decode<Bytes: Collection>(bytes: Bytes) -> [UInt8]? where Bytes.Element == UInt8 {
+        if let result = bytes.withContiguousStorageIfAvailable({ decode(buffer: $0) }) { return result }
+        return Array(bytes).withUnsafeBufferPointer { decode(buffer: $0) }
+    }
+
+    /// Non-generic core, so the hot path never goes through unspecialised generic iteration.
+    static func decode(buffer bytes: UnsafeBufferPointer<UInt8>) -> [UInt8]? {
         let count = bytes.count
         if count % 4 == 1 { return nil }
         var out = [UInt8]()
         out.reserveCapacity(count * 3 / 4)
         var accumulator: UInt32 = 0
         var pending = 0
+        let table = reverse
         for char in bytes {
-            let value = reverse[Int(char)]
+            let value = table[Int(char)]
             if value == 0xFF { return nil }
             accumulator = accumulator << 6 | UInt32(value)
             pending += 1

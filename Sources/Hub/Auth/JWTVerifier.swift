@@ -38,6 +38,14 @@ public struct VerifiedToken: Sendable, Equatable {
 /// - Claims are parsed only after the signature is valid.
 /// - When several checks fail, identity checks (`sub`, `iss`, `aud`) win over time checks, so a
 ///   client is only told to refresh (`ErrAccessTokenExpired`) when a refresh can actually help.
+///
+/// Cost (measured 2026-11-21, `swiftc -O`, x86_64, 2 cores under load average ~8 from parallel
+/// builds, so absolute numbers are pessimistic): HS256 verify ≈ 20 µs/token, of which Foundation
+/// `JSONSerialization` is ≈ 13 µs (header ≈ 3 µs + payload ≈ 10 µs, ~65%) and the HMAC ≈ 4 µs
+/// (OpenSSL 3 one-shot `HMAC()` re-fetches the digest each call); base64url ≈ 0.5 µs.
+/// RS256 ≈ 80 µs, ES256 ≈ 200 µs. Even HS256 at 20 µs allows ~50k handshakes/s/core, so auth does
+/// not bound the handshake rate; swapping `JSONText.parseJSONObject` for the hub's own scanner is
+/// the first lever if it ever does.
 public struct JWTVerifier: Sendable {
     /// 8 KiB: far above any real access token, small enough to bound work per handshake.
     public static let maximumTokenBytes = 8 * 1024
