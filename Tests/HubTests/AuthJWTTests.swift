@@ -390,3 +390,17 @@ func claimValidation(payload: String, expected: AuthFailure.Reason) throws {
     #expect(token == (try signer.sign(claims)))
     #expect(try F.hsVerifier().verify(token, now: 0).get().subject == "a\"b")
 }
+
+@Test(arguments: [
+    ("900", Int64(900)), ("900s", 900), ("15m", 900), ("2h", 7200), ("1d", 86_400), ("366d", 366 * 86_400),
+    ("", nil), ("m", nil), ("0", nil), ("-5m", nil), ("15x", nil), ("1.5h", nil), ("367d", nil), (" 15m", nil),
+    ("15mm", nil), ("9999999999", nil), ("١٥m", nil),
+] as [(String, Int64?)])
+func ttlParsing(text: String, seconds: Int64?) {
+    #expect(JWTClaims.parseTTL(text) == seconds)
+}
+
+@Test func claimsFromTTLSaturate() {
+    #expect(JWTClaims(subject: "a", now: Int64.max - 1, ttl: 900).exp == Int64.max)
+    #expect(JWTClaims(subject: "a", now: 100, ttl: 900).exp == 1000)
+}

@@ -63,9 +63,26 @@ public struct JWTClaims: Sendable, Equatable {
         self.extra = extra
     }
 
-    /// `sub` with `iat = now` and `exp = now + ttl` (seconds).
+    /// `sub` with `iat = now` and `exp = now + ttl` (seconds, saturating).
     public init(subject: String, now: Int64, ttl: Int64) {
-        self.init(sub: subject, exp: now + ttl, iat: now)
+        let (exp, overflow) = now.addingReportingOverflow(ttl)
+        self.init(sub: subject, exp: overflow ? (ttl > 0 ? Int64.max : Int64.min) : exp, iat: now)
+    }
+
+    /// Parses a token lifetime such as `900`, `900s`, `15m`, `2h` or `1d` (for `hubctl token --ttl`).
+    /// Returns seconds, or `nil` for anything else, zero/negative values, or more than 366 days.
+    public static func parseTTL(_ text: String) -> Int64? {
+        let units: [Character: Int64] = ["s": 1, "m": 60, "h": 3600, "d": 86_400]
+        var digits = Substring(text)
+        var unit: Int64 = 1
+        if let last = digits.last, let multiplier = units[last] {
+            unit = multiplier
+            digits = digits.dropLast()
+        }
+        guard !digits.isEmpty, digits.count <= 9, digits.allSatisfy({ ("0"..."9").contains($0) }),
+              let value = Int64(digits), value > 0 else { return nil }
+        let seconds = value * unit
+        return seconds <= 366 * 86_400 ? seconds : nil
     }
 
     /// Deterministic compact JSON: registered claims in a fixed order
