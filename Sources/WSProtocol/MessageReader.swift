@@ -81,7 +81,7 @@ public struct MessageReader {
         switch header.opcode {
         case .close, .ping, .pong:
             if header.rsv1 { throw ProtocolViolation(.reservedBitsSet) }
-            control.removeAll(keepingCapacity: true)
+            if !control.isEmpty { control.removeAll(keepingCapacity: true) }
         case .continuation:
             if !inMessage { throw ProtocolViolation(.unexpectedContinuation) }
             if header.rsv1 { throw ProtocolViolation(.reservedBitsSet) }
@@ -93,7 +93,7 @@ public struct MessageReader {
             messageCompressed = header.rsv1
             messageSize = 0
             utf8.reset()
-            assembly.removeAll(keepingCapacity: true)
+            if !assembly.isEmpty { assembly.removeAll(keepingCapacity: true) }
             try checkSize(adding: header.payloadLength)
         }
     }
