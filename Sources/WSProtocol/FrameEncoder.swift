@@ -85,6 +85,12 @@ public enum FrameEncoder {
         return out
     }
 
+    /// Appends one whole client frame, masked with a fresh key from `SystemRandomNumberGenerator`.
+    public static func encodeClient(opcode: Opcode, payload: UnsafeRawBufferPointer, fin: Bool = true, rsv1: Bool = false,
+                                    into output: inout [UInt8]) {
+        encode(opcode: opcode, payload: payload, fin: fin, rsv1: rsv1, maskKey: randomMaskKey(), into: &output)
+    }
+
     /// One whole client frame, masked with a fresh key from `SystemRandomNumberGenerator`.
     public static func clientFrame(opcode: Opcode, payload: [UInt8], fin: Bool = true, rsv1: Bool = false) -> [UInt8] {
         frame(opcode: opcode, payload: payload, fin: fin, rsv1: rsv1, maskKey: randomMaskKey())

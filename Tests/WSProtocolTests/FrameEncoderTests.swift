@@ -65,6 +65,19 @@ struct FrameEncoderTests {
         #expect(out.messages == [.text(payload), .text(payload)])
     }
 
+    @Test func encodeClientAppendsMaskedFrames() {
+        var out: [UInt8] = []
+        let payload = Array("load generator".utf8)
+        payload.withUnsafeBytes { p in
+            FrameEncoder.encodeClient(opcode: .text, payload: p, fin: false, into: &out)
+            FrameEncoder.encodeClient(opcode: .continuation, payload: p, into: &out)
+        }
+        #expect(out.count == 2 * (6 + payload.count))
+        #expect(out[0] == 0x01 && out[1] == 0x80 | UInt8(payload.count))
+        #expect(Array(out[6..<(6 + payload.count)]) != payload || out[2..<6] == [0, 0, 0, 0], "payload is masked")
+        #expect(readAll([out]).messages == [.text(payload + payload)])
+    }
+
     @Test func encodeAppendsAndLeavesCallerPayloadUnmasked() {
         var out: [UInt8] = [0xAA]
         let payload: [UInt8] = [1, 2, 3, 4, 5]
