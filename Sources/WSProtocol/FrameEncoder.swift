@@ -57,15 +57,17 @@ public enum FrameEncoder {
     public static func encode(opcode: Opcode, payload: UnsafeRawBufferPointer, fin: Bool = true, rsv1: Bool = false,
                               maskKey: UInt32? = nil, into output: inout [UInt8]) {
         let size = headerSize(payloadLength: payload.count, masked: maskKey != nil)
-        let start = output.count
-        output.append(contentsOf: repeatElement(0, count: size))
-        output.append(contentsOf: payload)
-        output.withUnsafeMutableBytes { raw in
-            let frame = UnsafeMutableRawBufferPointer(rebasing: raw[start...])
-            writeHeader(into: frame, endingAt: size, opcode: opcode, fin: fin, rsv1: rsv1,
+        var header: (UInt64, UInt64) = (0, 0)  // 16 bytes of stack space for the <= 14-byte header
+        withUnsafeMutableBytes(of: &header) { raw in
+            writeHeader(into: raw, endingAt: size, opcode: opcode, fin: fin, rsv1: rsv1,
                         payloadLength: payload.count, maskKey: maskKey)
-            if let key = maskKey {
-                _ = applyMask(UnsafeMutableRawBufferPointer(rebasing: frame[size...]), key: key, phase: 0)
+            output.append(contentsOf: UnsafeRawBufferPointer(rebasing: raw[0..<size]))
+        }
+        let payloadStart = output.count
+        output.append(contentsOf: payload)
+        if let key = maskKey {
+            output.withUnsafeMutableBytes { raw in
+                _ = applyMask(UnsafeMutableRawBufferPointer(rebasing: raw[payloadStart...]), key: key, phase: 0)
             }
         }
     }
