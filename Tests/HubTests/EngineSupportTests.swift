@@ -78,7 +78,10 @@ enum TestClient {
     }
 
     static func pattern(_ count: Int, seed: UInt8) -> [UInt8] {
-        (0..<count).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ Int(seed) &+ ($0 >> 11)) }
+        [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
+            for i in 0..<count { buffer[i] = UInt8(truncatingIfNeeded: i &* 31 &+ Int(seed) &+ (i >> 11)) }
+            initialized = count
+        }
     }
 }
 
@@ -133,6 +136,17 @@ final class TestDelegate: ListenerDelegate {
     }
 
     func descriptorsExhausted(errno: Int32, on loop: EventLoop) { exhaustedCount += 1 }
+}
+
+/// Polls `condition` on the loop every 5 ms until it holds or `seconds` pass; returns whether it held.
+@discardableResult
+func waitUntil(_ loop: EventLoop, seconds: Double = 5, _ condition: @escaping @Sendable () -> Bool) -> Bool {
+    let deadline = monotonicNanos() + UInt64(seconds * 1e9)
+    while monotonicNanos() < deadline {
+        if (try? loop.submitAndWait(condition)) == true { return true }
+        usleep(5000)
+    }
+    return false
 }
 
 func testLoopConfiguration(tickMillis: UInt64 = 50) -> EventLoop.Configuration {
