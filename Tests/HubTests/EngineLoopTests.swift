@@ -115,10 +115,11 @@ struct EngineLoopTests {
         let loop = try EventLoop(configuration: testLoopConfiguration(tickMillis: 10))
         defer { loop.stop(); loop.join() }
         let done = DispatchSemaphore(value: 0)
-        let start = monotonicNanos()
+        let start = Mutex<UInt64>(0)
         let firedAt = Mutex<UInt64>(0)
         let repeats = LoopBox(0)
         loop.execute {
+            start.withLock { $0 = monotonicNanos() }
             loop.schedule(after: .milliseconds(50)) {
                 firedAt.withLock { $0 = monotonicNanos() }
                 done.signal()
@@ -126,8 +127,30 @@ struct EngineLoopTests {
             loop.scheduleRepeating(every: .milliseconds(10)) { repeats.value += 1 }
         }
         #expect(done.wait(timeout: .now() + 5) == .success)
-        let elapsed = firedAt.withLock { $0 } - start
+        let elapsed = firedAt.withLock { $0 } - start.withLock { $0 }
         #expect(elapsed >= 50_000_000 && elapsed < 2_000_000_000)
         #expect(try loop.submitAndWait { repeats.value } >= 2)
+    }
+}
+
+@Suite("Timer clock")
+struct EngineTimerClockTests {
+    @Test func deadlineAfterLongSleepCountsFromWakeUp() throws {
+        let loop = try EventLoop(configuration: testLoopConfiguration(tickMillis: 10))
+        defer { loop.stop(); loop.join() }
+        usleep(300_000)  // the loop sleeps in epoll_wait with no timers: its cached time goes stale
+        let scheduledAt = Mutex<UInt64>(0)
+        let firedAt = Mutex<UInt64>(0)
+        let done = DispatchSemaphore(value: 0)
+        loop.execute {
+            scheduledAt.withLock { $0 = monotonicNanos() }
+            loop.schedule(after: .milliseconds(100)) {
+                firedAt.withLock { $0 = monotonicNanos() }
+                done.signal()
+            }
+        }
+        #expect(done.wait(timeout: .now() + 5) == .success)
+        let elapsed = firedAt.withLock { $0 } - scheduledAt.withLock { $0 }
+        #expect(elapsed >= 100_000_000, "fired \(elapsed / 1_000_000) ms after scheduling")
     }
 }

@@ -300,6 +300,8 @@ public final class EventLoop: @unchecked Sendable {
             } catch {
                 preconditionFailure("epoll_wait: \(error)")
             }
+            // The loop may have slept for minutes; deadlines set during this iteration count from now.
+            timers.updateNow(monotonicNanos())
             for i in 0..<ready {
                 let (fd, generation, events) = epoll.event(at: i)
                 if fd == wakeFD && generation == 0 {

@@ -159,6 +159,12 @@ public final class TimerWheel {
         return next > now ? next - now : 0
     }
 
+    /// Moves the wheel's notion of "now" forward without firing anything, so deadlines scheduled
+    /// after a long sleep are measured from the wake-up, not from the last tick.
+    public func updateNow(_ now: UInt64) {
+        if now > nowNanos { nowNanos = now }
+    }
+
     /// Advances the wheel to `now`, firing every timer whose tick has passed. Returns how many fired.
     /// Actions may schedule, reschedule or cancel any timer, including themselves.
     @discardableResult
