@@ -235,3 +235,70 @@ struct EngineTCPTests {
         listener.close()
     }
 }
+
+/// Closes a victim connection from inside another connection's callback.
+final class AssassinHandler: ConnectionHandler {
+    let victims: LoopBox<[Connection]>
+    let log: LoopBox<[String]>
+    init(victims: LoopBox<[Connection]>, log: LoopBox<[String]>) {
+        self.victims = victims
+        self.log = log
+    }
+    func connectionReadable(_ c: Connection, _ b: UnsafeMutableRawBufferPointer) -> Int {
+        if c.isOpen { log.value.append("read \(c.tag)") }
+        for v in victims.value where v !== c && v.isOpen {
+            v.close(.abort)
+            log.value.append("closed \(v.tag)")
+        }
+        return b.count
+    }
+    func connectionClosed(_ c: Connection, reason: CloseReason) { log.value.append("closedCallback \(c.tag)") }
+}
+
+/// Only touched on the loop thread.
+final class WeakConnection: @unchecked Sendable { weak var c: Connection? }
+
+@Suite("Deferred close")
+struct EngineDeferredCloseTests {
+    @Test func closedConnectionGetsNoEventsAndIsFreedAfterTheIteration() throws {
+        let loop = try EventLoop()
+        defer { loop.stop(); loop.join() }
+        let victims = LoopBox<[Connection]>([])
+        let log = LoopBox<[String]>([])
+        let listener = try TCPListener.bind(SocketAddress(parsing: "127.0.0.1:0"), on: [loop]) { _ in
+            let d = TestDelegate { AssassinHandler(victims: victims, log: log) }
+            d.onAccept = { [unowned d] c in
+                c.tag = victims.value.count
+                victims.value.append(c)
+                d.connections.removeAll()  // only `victims` (and the engine) hold connections here
+            }
+            return d
+        }
+        let a = TestClient.connect(port: listener.port), b = TestClient.connect(port: listener.port)
+        defer { _ = close(a); _ = close(b) }
+        #expect(waitUntil(loop) { victims.value.count == 2 })
+        // Both become readable in (very likely) the same epoll batch; whichever runs first closes the other.
+        #expect(TestClient.writeAll(a, [1]) && TestClient.writeAll(b, [2]))
+        #expect(waitUntil(loop) { log.value.contains { $0.hasPrefix("closedCallback") } })
+        let entries = try loop.submitAndWait { log.value }
+        #expect(entries.filter { $0.hasPrefix("read") }.count == 1, "the closed one never read: \(entries)")
+        #expect(entries.filter { $0.hasPrefix("closedCallback") }.count == 1)
+        #expect(entries.last?.hasPrefix("closedCallback") == true, "callback deferred to the end of the iteration")
+
+        // The Connection object outlives close() until the iteration ends.
+        let weakAlive = try loop.submitAndWait { () -> (Bool, LoopBox<Connection?>) in
+            let survivor = victims.value.first { $0.isOpen }!
+            victims.value.removeAll()
+            let w = WeakConnection()
+            w.c = survivor
+            survivor.close(.abort)
+            let box = LoopBox<Connection?>(nil)
+            loop.execute { box.value = w.c }  // runs in a later iteration, after the deferred free
+            return (w.c != nil, box)
+        }
+        #expect(weakAlive.0, "still alive within the iteration that closed it")
+        usleep(20_000)
+        #expect(try loop.submitAndWait { weakAlive.1.value == nil }, "freed after the iteration")
+        listener.close()
+    }
+}

@@ -148,7 +148,8 @@ public final class EventLoop: @unchecked Sendable {
             box.wakePending = true
             return (true, true)
         }
-        if mustWake { wake() }
+        // On the loop thread no wake-up is needed: it checks the inbox before it sleeps.
+        if mustWake && !inEventLoop { wake() }
         return accepted
     }
 
@@ -237,6 +238,21 @@ public final class EventLoop: @unchecked Sendable {
         nextGeneration &+= 1
         if nextGeneration == 0 { nextGeneration = 1 }
         return generation
+    }
+
+    /// Pushes a pending timer back to `delay` from now, keeping its action (O(1), no allocation:
+    /// the idle-timeout path). Returns false if it already fired or was cancelled.
+    @discardableResult
+    public func reschedule(_ timer: TimerHandle, after delay: Duration) -> Bool {
+        assertInLoop()
+        return timers.reschedule(timer, afterNanos: delay.nanoseconds)
+    }
+
+    /// Cancels a timer; harmless on a stale or `.none` handle.
+    @discardableResult
+    public func cancel(_ timer: TimerHandle) -> Bool {
+        assertInLoop()
+        return timers.cancel(timer)
     }
 
     /// Registers `target` for `events` on `fd` under `generation` (from `reserveGeneration`).
