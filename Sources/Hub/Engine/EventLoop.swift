@@ -90,13 +90,9 @@ public final class EventLoop: @unchecked Sendable {
         readBuffer = .allocate(byteCount: configuration.readBufferSize, alignment: 64)
         iovecs = .allocate(capacity: EventLoop.iovecCount)
         iovecs.initialize(repeating: iovec())
-        do {
-            // Generation 0 is never handed out, so the wake fd's events can't be mistaken for a handler's.
-            try epoll.add(fd: wakeFD, generation: 0, events: Epoll.input)
-        } catch {
-            closeFD(wakeFD)
-            throw error
-        }
+        // Generation 0 is never handed out, so the wake fd's events can't be mistaken for a handler's.
+        // (Every stored property is set by now, so on a throw `deinit` runs and closes the fds.)
+        try epoll.add(fd: wakeFD, generation: 0, events: Epoll.input)
         let started = DispatchSemaphore(value: 0)
         let box = Unmanaged.passRetained(StartBox(loop: self, started: started))
         let rc = pthread_create(&thread, nil, { raw in
@@ -106,7 +102,6 @@ public final class EventLoop: @unchecked Sendable {
         }, box.toOpaque())
         if rc != 0 {
             box.release()
-            closeFD(wakeFD)
             throw SyscallError(call: "pthread_create", code: rc)
         }
         started.wait()

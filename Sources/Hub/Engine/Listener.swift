@@ -130,6 +130,11 @@ final class Listener: LoopSelectable {
     }
 
     func loopStopping() { close() }
+
+    deinit {
+        // Only reached without close() when init failed after opening the reserve.
+        if reserveFD >= 0 { closeFD(reserveFD) }
+    }
 }
 
 @available(*, unavailable)
