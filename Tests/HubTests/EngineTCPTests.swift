@@ -302,3 +302,81 @@ struct EngineDeferredCloseTests {
         listener.close()
     }
 }
+
+@Suite("Connection lifecycle")
+struct EngineLifecycleTests {
+    @Test func gracefulCloseGivesUpAfterLinger() throws {
+        let loop = try EventLoop(configuration: testLoopConfiguration(tickMillis: 20))
+        defer { loop.stop(); loop.join() }
+        let accepted = LoopBox<(Connection, SinkHandler)?>(nil)
+        let listener = try TCPListener.bind(SocketAddress(parsing: "127.0.0.1:0"), on: [loop]) { _ in
+            let d = TestDelegate { SinkHandler() }
+            d.onAccept = { c in accepted.value = (c, c.handler as! SinkHandler) }
+            return d
+        }
+        let client = TestClient.connect(port: listener.port)  // never reads, never closes
+        defer { _ = close(client) }
+        #expect(waitUntil(loop) { accepted.value != nil })
+        let start = monotonicNanos()
+        try loop.submitAndWait {
+            let (c, _) = accepted.value!
+            _ = c.write(SharedBytes([UInt8](repeating: 5, count: 16 << 20)))
+            c.close(.graceful(linger: .milliseconds(200)))
+        }
+        #expect(waitUntil(loop) { accepted.value!.1.closeReason != nil })
+        let elapsed = monotonicNanos() - start
+        #expect(try loop.submitAndWait { accepted.value!.1.closeReason } == .lingerTimeout)
+        #expect(elapsed >= 200_000_000)
+        listener.close()
+    }
+
+    @Test func pauseAndResumeReading() throws {
+        let loop = try EventLoop()
+        defer { loop.stop(); loop.join() }
+        let accepted = LoopBox<(Connection, SinkHandler)?>(nil)
+        let listener = try TCPListener.bind(SocketAddress(parsing: "127.0.0.1:0"), on: [loop]) { _ in
+            let d = TestDelegate { SinkHandler() }
+            d.onAccept = { c in
+                c.pauseReading()
+                accepted.value = (c, c.handler as! SinkHandler)
+            }
+            return d
+        }
+        let client = TestClient.connect(port: listener.port)
+        defer { _ = close(client) }
+        #expect(waitUntil(loop) { accepted.value != nil })
+        #expect(TestClient.writeAll(client, [UInt8](repeating: 1, count: 1000)))
+        usleep(50_000)
+        let before = try loop.submitAndWait { loop.metrics.bytesIn }
+        #expect(before == 0, "paused: nothing read")
+        try loop.submitAndWait { accepted.value!.0.resumeReading() }
+        #expect(waitUntil(loop) { loop.metrics.bytesIn == 1000 })
+        listener.close()
+    }
+
+    @Test func ipv6Loopback() throws {
+        let probe = socket(AF_INET6, Int32(SOCK_STREAM.rawValue), 0)
+        var sin6 = sockaddr_in6()
+        sin6.sin6_family = sa_family_t(AF_INET6)
+        sin6.sin6_addr = in6addr_loopback
+        let bindable = withUnsafePointer(to: &sin6) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(probe, $0, socklen_t(MemoryLayout<sockaddr_in6>.size)) }
+        } == 0
+        _ = close(probe)
+        guard bindable else { return }  // no IPv6 on this host's loopback
+        let loop = try EventLoop()
+        defer { loop.stop(); loop.join() }
+        let peers = LoopBox<[String]>([])
+        let listener = try TCPListener.bind(SocketAddress(parsing: "[::1]:0"), on: [loop]) { _ in
+            let d = TestDelegate { FramedEchoHandler() }
+            d.onAccept = { c in peers.value.append(c.peer) }
+            return d
+        }
+        #expect(listener.address.description == "[::1]:\(listener.port)")
+        let fd = try listener.address.connect()
+        defer { _ = close(fd) }
+        #expect(waitUntil(loop) { peers.value.count == 1 })
+        #expect(try loop.submitAndWait { peers.value[0].hasPrefix("[::1]:") })
+        listener.close()
+    }
+}
