@@ -78,12 +78,15 @@ public final class UnixListener: Sendable {
         }
         let probe = try syscallBlocking("socket") { socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | LinuxSyscalls.CLOEXEC, 0) }
         defer { closeFD(probe) }
+        // A live but wedged hub with a full backlog would block connect forever; bound the probe.
+        var timeout = timeval(tv_sec: 1, tv_usec: 0)
+        setsockopt(probe, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         var target = address
         let rc = withUnsafePointer(to: &target) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
             connect(probe, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
         } }
-        if rc == 0 { throw EngineError("another hub is listening on \(path)") }
-        let code = errno
+        let code = rc == 0 ? 0 : errno
+        if rc == 0 || code == EAGAIN { throw EngineError("another hub is listening on \(path)") }
         guard code == ECONNREFUSED else { throw SyscallError(call: "connect(\(path))", code: code) }
         // Nobody is listening: a leftover from a crashed hub.
         if unlink(path) != 0 && errno != ENOENT { throw SyscallError(call: "unlink(\(path))", code: errno) }
