@@ -11,39 +11,8 @@ struct EngineDescriptorLimitTests {
 
     @Test func realEMFILEInChildProcess() throws {
         guard getenv(Self.childFlag) == nil else { return }
-        let marker = "/tmp/hub-engine-emfile-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
-        let log = marker + ".log"
-        defer { unlink(marker); unlink(log) }
-        let exe = try #require(readLink("/proc/self/exe"))
-        let args = [exe, "--testing-library", "swift-testing", "--filter", "EngineDescriptorLimitTests"]
-        var env = ProcessEnvironment.current
-        env.append("\(Self.childFlag)=\(marker)")
-
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
-        posix_spawn_file_actions_adddup2(&actions, 1, 2)
-        let cArgs = args.map { strdup($0) } + [nil]
-        let cEnv = env.map { strdup($0) } + [nil]
-        defer { (cArgs + cEnv).forEach { free($0) } }
-        var pid: pid_t = 0
-        let rc = posix_spawn(&pid, exe, &actions, nil, cArgs, cEnv)
-        try #require(rc == 0)
-
-        var status: Int32 = 0
-        var exited = false
-        for _ in 0..<1200 {  // at most 60 s
-            if waitpid(pid, &status, WNOHANG) == pid { exited = true; break }
-            usleep(50_000)
-        }
-        if !exited {
-            kill(pid, SIGKILL)  // only the child we started
-            waitpid(pid, &status, 0)
-        }
-        let output = String(decoding: readFile(log), as: UTF8.self)
-        #expect(exited, "child timed out")
-        #expect(access(marker, F_OK) == 0, "child did not finish the EMFILE scenario:\n\(output.suffix(3000))")
+        let (completed, output) = try runChildTest(filter: "EngineDescriptorLimitTests", flag: Self.childFlag)
+        #expect(completed, "child did not finish the EMFILE scenario:\n\(output.suffix(3000))")
     }
 
     /// Runs only in the child (HUB_ENGINE_EMFILE_CHILD set): exhausts descriptors for real.
@@ -95,6 +64,41 @@ struct EngineDescriptorLimitTests {
         listener.close()
         if exhausted == 1 && shed == 3 { _ = close(open(marker, O_CREAT | O_WRONLY, 0o600)) }
     }
+}
+
+/// Re-runs this test binary with only the tests matching `filter`, `flag` set to a marker path in
+/// the environment, stdout/stderr to a log; returns whether the child created the marker (its way
+/// of saying the scenario ran to completion) and the log. Kills the child (by its pid) after 60 s.
+func runChildTest(filter: String, flag: String) throws -> (completed: Bool, output: String) {
+    let marker = "/tmp/hub-engine-child-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+    let log = marker + ".log"
+    defer { unlink(marker); unlink(log) }
+    let exe = try #require(readLink("/proc/self/exe"))
+    let args = [exe, "--testing-library", "swift-testing", "--filter", filter]
+    var env = ProcessEnvironment.current
+    env.append("\(flag)=\(marker)")
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    posix_spawn_file_actions_addopen(&actions, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+    posix_spawn_file_actions_adddup2(&actions, 1, 2)
+    let cArgs = args.map { strdup($0) } + [nil]
+    let cEnv = env.map { strdup($0) } + [nil]
+    defer { (cArgs + cEnv).forEach { free($0) } }
+    var pid: pid_t = 0
+    try #require(posix_spawn(&pid, exe, &actions, nil, cArgs, cEnv) == 0)
+    var status: Int32 = 0
+    var exited = false
+    for _ in 0..<1200 {  // at most 60 s
+        if waitpid(pid, &status, WNOHANG) == pid { exited = true; break }
+        usleep(50_000)
+    }
+    if !exited {
+        kill(pid, SIGKILL)  // only the child we started
+        waitpid(pid, &status, 0)
+    }
+    let output = String(decoding: readFile(log), as: UTF8.self) + (exited ? "" : "\n(timed out)") + "\nwait status \(status)"
+    return (access(marker, F_OK) == 0, output)
 }
 
 private func openDescriptorCount() -> Int {

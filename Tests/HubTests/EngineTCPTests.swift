@@ -380,3 +380,58 @@ struct EngineLifecycleTests {
         listener.close()
     }
 }
+
+/// Writes to a reset peer must end in `.error(EPIPE/ECONNRESET)`, never in SIGPIPE. The test
+/// harness ignores SIGPIPE, which would hide a regression, so the scenario runs in a child process
+/// that restores SIGPIPE's default (fatal) action for itself.
+@Suite("Reset peers (subprocess)")
+struct EngineResetPeerTests {
+    static let childFlag = "HUB_ENGINE_SIGPIPE_CHILD"
+
+    @Test func writeToResetPeerDoesNotRaiseSIGPIPE() throws {
+        guard getenv(Self.childFlag) == nil else { return }
+        let (completed, output) = try runChildTest(filter: "EngineResetPeerTests", flag: Self.childFlag)
+        #expect(completed, "child died or failed:\n\(output.suffix(3000))")
+    }
+
+    @Test(.enabled(if: getenv(EngineResetPeerTests.childFlag) != nil))
+    func resetPeerChild() throws {
+        let marker = String(cString: getenv(Self.childFlag)!)
+        signal(SIGPIPE, SIG_DFL)
+        // Test threads come from a pool that blocks signals, and the loop thread inherits this
+        // thread's mask: unblock SIGPIPE so it would really be delivered (as in the hub's main thread).
+        var set = sigset_t()
+        sigemptyset(&set)
+        sigaddset(&set, SIGPIPE)
+        pthread_sigmask(SIG_UNBLOCK, &set, nil)
+        let loop = try EventLoop()
+        defer { loop.stop(); loop.join() }
+        let accepted = LoopBox<(Connection, SinkHandler)?>(nil)
+        let listener = try TCPListener.bind(SocketAddress(parsing: "127.0.0.1:0"), on: [loop]) { _ in
+            let d = TestDelegate { SinkHandler() }
+            d.onAccept = { c in
+                c.pauseReading()  // so the engine only learns of the reset by writing
+                accepted.value = (c, c.handler as! SinkHandler)
+            }
+            return d
+        }
+        let client = TestClient.connect(port: listener.port)
+        #expect(waitUntil(loop) { accepted.value != nil })
+        _ = close(client)  // FIN; the first write after it draws an RST, the next one gets EPIPE
+        let chunk = SharedBytes([UInt8](repeating: 9, count: 64 * 1024))
+        try loop.submitAndWait {
+            let (c, _) = accepted.value!
+            c.corked = false
+            // Within one job, so epoll can't report the reset first: write, let the RST arrive, write.
+            for _ in 0..<5 where c.isOpen {
+                _ = c.write(chunk)
+                usleep(20_000)
+            }
+        }
+        #expect(waitUntil(loop) { accepted.value!.1.closeReason != nil })
+        let reason = try loop.submitAndWait { accepted.value!.1.closeReason }
+        #expect(reason == .error(EPIPE) || reason == .error(ECONNRESET), "\(String(describing: reason))")
+        listener.close()
+        if reason == .error(EPIPE) || reason == .error(ECONNRESET) { _ = close(open(marker, O_CREAT | O_WRONLY, 0o600)) }
+    }
+}

@@ -9,8 +9,8 @@ public protocol ListenerDelegate: AnyObject {
     func accepted(fd: Int32, peer: String, on loop: EventLoop)
 
     /// The process is out of descriptors and this connection was accepted on the reserve slot.
-    /// Write a short refusal if you like (the hub sends HTTP 503 JSON; the fd is blocking-safe to
-    /// `write` once, it is non-blocking); the engine closes `fd` right after this returns.
+    /// Write a short refusal if you like (the hub sends HTTP 503 JSON) with one non-blocking
+    /// `send(fd, …, MSG_NOSIGNAL)`; the engine closes `fd` right after this returns.
     func shedding(fd: Int32, on loop: EventLoop)
 
     /// Descriptor exhaustion began (EMFILE or ENFILE). Called once per burst — not per failed

@@ -1,7 +1,7 @@
 import Glibc
 
 /// The bytes a connection still owes its peer: references to shared immutable buffers plus an
-/// offset into the first one, flushed with `writev`.
+/// offset into the first one, flushed with `sendmsg` (a `writev` with MSG_NOSIGNAL).
 ///
 /// Why references: fan-out enqueues one `SharedBytes` object per subscriber (a retain, no copy).
 /// Why an explicit byte count: the per-connection cap (`maxQueuedBytes` on `Connection`) is checked on
@@ -39,7 +39,7 @@ struct OutboundQueue {
         case failed(SyscallError)
     }
 
-    /// Writes as much as the socket takes, `iov.count` chunks per `writev`.
+    /// Writes as much as the socket takes, `iov.count` chunks per call.
     /// - Returns: the outcome and how many bytes went out.
     mutating func flush(fd: Int32, iov: UnsafeMutableBufferPointer<iovec>) -> (FlushResult, Int) {
         var written = 0
@@ -56,7 +56,12 @@ struct OutboundQueue {
             }
             let result: IOResult<Int>
             do {
-                result = try syscall("writev") { Glibc.writev(fd, iov.baseAddress, Int32(n)) }
+                // sendmsg = writev + flags: MSG_NOSIGNAL turns a write to a reset peer into EPIPE
+                // instead of a process-killing SIGPIPE.
+                var message = msghdr()
+                message.msg_iov = iov.baseAddress
+                message.msg_iovlen = n
+                result = try syscall("sendmsg") { Glibc.sendmsg(fd, &message, Int32(MSG_NOSIGNAL)) }
             } catch {
                 return (.failed(error), written)
             }
