@@ -280,7 +280,7 @@ public final class Connection {
                 readingPaused = false
                 setInterest(interest | Epoll.readable)
             }
-            lingerTimer = loop.timers.schedule(afterNanos: linger.nanoseconds) { [weak self] in
+            lingerTimer = loop.timers.schedule(afterNanos: linger.engineNanos) { [weak self] in
                 self?.closeNow(reason: .lingerTimeout, abortive: true)
             }
             flushNow()

@@ -217,14 +217,14 @@ public final class EventLoop: @unchecked Sendable {
     @discardableResult
     public func schedule(after delay: Duration, _ action: @escaping () -> Void) -> TimerHandle {
         assertInLoop()
-        return timers.schedule(afterNanos: delay.nanoseconds, action)
+        return timers.schedule(afterNanos: delay.engineNanos, action)
     }
 
     /// Runs `action` every `interval` (rounded to whole ticks) until the handle is cancelled.
     @discardableResult
     public func scheduleRepeating(every interval: Duration, _ action: @escaping () -> Void) -> TimerHandle {
         assertInLoop()
-        return timers.scheduleRepeating(everyNanos: interval.nanoseconds, action)
+        return timers.scheduleRepeating(everyNanos: interval.engineNanos, action)
     }
 
     /// A fresh generation to stamp a registration's events with (never 0: that is the wake fd's).
@@ -240,7 +240,7 @@ public final class EventLoop: @unchecked Sendable {
     @discardableResult
     public func reschedule(_ timer: TimerHandle, after delay: Duration) -> Bool {
         assertInLoop()
-        return timers.reschedule(timer, afterNanos: delay.nanoseconds)
+        return timers.reschedule(timer, afterNanos: delay.engineNanos)
     }
 
     /// Cancels a timer; harmless on a stale or `.none` handle.
@@ -384,7 +384,7 @@ public final class EventLoop: @unchecked Sendable {
 
 extension Duration {
     /// Whole nanoseconds, saturating; negative durations are zero.
-    var nanoseconds: UInt64 {
+    var engineNanos: UInt64 {
         let (s, atto) = components
         if s < 0 { return 0 }
         return UInt64(s).multipliedReportingOverflow(by: 1_000_000_000).partialValue &+ UInt64(atto / 1_000_000_000)
