@@ -96,7 +96,9 @@ public final class Connection {
         guard state == .open else { return .closed }
         if out.queuedBytes + bytes.count > maxQueuedBytes { return .overCap }
         out.append(bytes)
-        if corked {
+        if interest & Epoll.writable != 0 {
+            // The socket is full and EPOLLOUT is armed: it will flush; trying now would only EAGAIN.
+        } else if corked {
             if !flushScheduled {
                 flushScheduled = true
                 loop.scheduleFlush(self)
