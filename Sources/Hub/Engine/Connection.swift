@@ -1,0 +1,332 @@
+import Glibc
+
+/// A loop-bound non-blocking stream socket (TCP or Unix) with its outbound queue.
+///
+/// Reads land in the loop's one read buffer and are handed to the handler in place; only an
+/// unconsumed tail (a partial frame) is copied to a small per-connection spill buffer. When the tail
+/// gets large (a big message arriving in pieces) the connection reads straight into its spill
+/// buffer instead, so nothing is copied twice.
+///
+/// Writes are corked by default: they are queued and flushed once, with `writev`, at the end of the
+/// loop iteration, so all of an iteration's events reach a subscriber in one syscall. EPOLLOUT is
+/// registered only while bytes remain after a flush.
+///
+/// Closing never frees state under a running epoll batch: the fd is closed at once (its stale events
+/// are dropped by generation), and the handler's `connectionClosed` runs at the end of the iteration.
+public final class Connection {
+    /// Whether a write was accepted.
+    public enum WriteResult: Sendable, Equatable {
+        /// Written or queued.
+        case accepted
+        /// Queueing it would exceed `maxQueuedBytes`; nothing was queued. The peer reads too slowly:
+        /// close the connection (the loop and other subscribers are never blocked by it).
+        case overCap
+        /// The connection is closing or closed; nothing was queued.
+        case closed
+    }
+
+    /// How to close.
+    public enum CloseMode: Sendable, Equatable {
+        /// Drop queued bytes and close now (RST to the peer).
+        case abort
+        /// Stop reading, flush the queue, `shutdown(SHUT_WR)`, wait for the peer's EOF, close;
+        /// abort if that takes longer than `linger`.
+        case graceful(linger: Duration)
+    }
+
+    private enum State { case open, draining, halfClosed, closed }
+
+    /// The socket; valid until the connection closes.
+    public let fd: Int32
+    public unowned let loop: EventLoop
+    /// "ip:port", "[v6]:port" or "unix".
+    public let peer: String
+    public private(set) var handler: (any ConnectionHandler)?
+    /// The outbound cap (bytes queued but not yet accepted by the kernel).
+    public var maxQueuedBytes: Int
+    /// When true (the default) writes are flushed at the end of the loop iteration; when false each
+    /// write is attempted immediately.
+    public var corked = true
+    /// Free slot for the owner (e.g. an index into a connection table).
+    public var tag = 0
+
+    private let generation: UInt32
+    private var state = State.open
+    private var closeReason = CloseReason.closed
+    private var out = OutboundQueue()
+    private var interest: UInt32 = Epoll.readable
+    private var flushScheduled = false
+    private var readingPaused = false
+    private var lingerTimer = TimerHandle.none
+    private var spill = UnsafeMutableRawBufferPointer(start: nil, count: 0)
+    private var spillCount = 0
+
+    /// Adopts a connected non-blocking fd (from a listener or `SocketAddress.connect`) on `loop`.
+    /// Call on the loop thread. On error the fd is closed.
+    public init(adopting fd: Int32, on loop: EventLoop, peer: String, handler: any ConnectionHandler,
+                maxQueuedBytes: Int = 1 << 20) throws(SyscallError) {
+        loop.assertInLoop()
+        self.fd = fd
+        self.loop = loop
+        self.peer = peer
+        self.handler = handler
+        self.maxQueuedBytes = maxQueuedBytes
+        generation = loop.reserveGeneration()
+        do {
+            try loop.register(self, fd: fd, generation: generation, events: Epoll.readable)
+        } catch {
+            closeFD(fd)
+            throw error
+        }
+        loop.metrics.connectionsOpened += 1
+    }
+
+    deinit { spill.deallocate() }
+
+    /// True until a close is requested.
+    public var isOpen: Bool { state == .open }
+    /// Bytes queued but not yet written.
+    public var queuedBytes: Int { out.queuedBytes }
+
+    // MARK: Writing
+
+    /// Queues a shared buffer (no copy) and flushes it now or at the end of the iteration.
+    @discardableResult
+    public func write(_ bytes: SharedBytes) -> WriteResult {
+        guard state == .open else { return .closed }
+        if out.queuedBytes + bytes.count > maxQueuedBytes { return .overCap }
+        out.append(bytes)
+        if interest & Epoll.writable != 0 {
+            // The socket is full and EPOLLOUT is armed: it will flush; trying now would only EAGAIN.
+        } else if corked {
+            if !flushScheduled {
+                flushScheduled = true
+                loop.scheduleFlush(self)
+            }
+        } else {
+            flushNow()
+        }
+        return .accepted
+    }
+
+    /// Copies `bytes` into a new buffer and writes it. Prefer `write(_: SharedBytes)` for fan-out.
+    @discardableResult
+    public func write(copying bytes: UnsafeRawBufferPointer) -> WriteResult {
+        guard state == .open else { return .closed }
+        if out.queuedBytes + bytes.count > maxQueuedBytes { return .overCap }
+        return write(SharedBytes(copying: bytes))
+    }
+
+    /// Flushes now instead of at the end of the iteration.
+    public func flush() {
+        if state == .open || state == .draining { flushNow() }
+    }
+
+    /// Called by the loop at the end of the iteration for corked connections.
+    func flushCorked() {
+        flushScheduled = false
+        if state == .open || state == .draining { flushNow() }
+    }
+
+    private func flushNow(fromWritable: Bool = false) {
+        guard !out.isEmpty else {
+            if state == .draining { shutdownWrite() }
+            return
+        }
+        let (result, written) = out.flush(fd: fd, iov: loop.iovecs)
+        loop.metrics.bytesOut += written
+        switch result {
+        case .pending:
+            setInterest(interest | Epoll.writable)
+        case .drained:
+            if interest & Epoll.writable != 0 { setInterest(interest & ~Epoll.writable) }
+            if state == .draining {
+                shutdownWrite()
+            } else if fromWritable {
+                handler?.connectionWritable(self)
+            }
+        case .failed(let error):
+            closeNow(reason: .error(error.code), abortive: false)
+        }
+    }
+
+    private func setInterest(_ events: UInt32) {
+        guard events != interest, state != .closed else { return }
+        interest = events
+        do {
+            try loop.reregister(fd: fd, generation: generation, events: events)
+        } catch {
+            closeNow(reason: .error(error.code), abortive: false)
+        }
+    }
+
+    // MARK: Reading
+
+    /// Stops delivering reads (backpressure towards the peer); the kernel buffers, then TCP pushes back.
+    public func pauseReading() {
+        guard state == .open, !readingPaused else { return }
+        readingPaused = true
+        setInterest(interest & ~Epoll.readable)
+    }
+
+    public func resumeReading() {
+        guard state == .open, readingPaused else { return }
+        readingPaused = false
+        setInterest(interest | Epoll.readable)
+    }
+
+    private func ensureSpill(capacity: Int) {
+        guard spill.count < capacity else { return }
+        var size = max(spill.count * 2, 4096)
+        while size < capacity { size *= 2 }
+        let bigger = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 16)
+        if spillCount > 0 { bigger.baseAddress!.copyMemory(from: spill.baseAddress!, byteCount: spillCount) }
+        spill.deallocate()
+        spill = bigger
+    }
+
+    private func readAvailable() {
+        var budget = loop.configuration.readBudgetPerWakeup
+        let shared = loop.readBuffer
+        while state != .closed && budget > 0 {
+            // Small tails go in front of fresh bytes in the shared buffer; large ones stay put and
+            // the socket is read straight into the spill buffer behind them.
+            let useSpill = spillCount > shared.count / 2
+            let buffer: UnsafeMutableRawBufferPointer
+            let prefix = spillCount
+            if useSpill {
+                ensureSpill(capacity: spillCount + 64 * 1024)
+                buffer = spill
+            } else {
+                buffer = shared
+            }
+            let room = buffer.count - prefix
+            let result: IOResult<Int>
+            do {
+                result = try syscall("read") { Glibc.read(fd, buffer.baseAddress! + prefix, room) }
+            } catch {
+                closeNow(reason: .error(error.code), abortive: false)
+                return
+            }
+            guard case .processed(let n) = result else { return }
+            if n == 0 {
+                closeNow(reason: state == .open ? .peerClosed : .closed, abortive: false)
+                return
+            }
+            loop.metrics.bytesIn += n
+            budget -= n
+            guard state == .open, let handler else {
+                spillCount = 0  // closing: discard what the peer still sends
+                continue
+            }
+            if !useSpill && prefix > 0 {
+                buffer.baseAddress!.copyMemory(from: spill.baseAddress!, byteCount: prefix)
+            }
+            let total = prefix + n
+            let consumed = handler.connectionReadable(self, UnsafeMutableRawBufferPointer(rebasing: buffer[0..<total]))
+            precondition(consumed >= 0 && consumed <= total, "handler consumed \(consumed) of \(total) bytes")
+            guard state == .open else { return }
+            let tail = total - consumed
+            if tail > 0 {
+                if useSpill {
+                    if consumed > 0 { spill.baseAddress!.copyMemory(from: spill.baseAddress! + consumed, byteCount: tail) }
+                } else {
+                    spillCount = 0
+                    ensureSpill(capacity: tail)
+                    spill.baseAddress!.copyMemory(from: buffer.baseAddress! + consumed, byteCount: tail)
+                }
+            } else if spill.count > 64 * 1024 {
+                // A large message passed; give the memory back.
+                spill.deallocate()
+                spill = UnsafeMutableRawBufferPointer(start: nil, count: 0)
+            }
+            spillCount = tail
+            if readingPaused { return }
+            if n < room { return }  // short read: the socket is drained; skip the EAGAIN round trip
+        }
+    }
+
+    // MARK: Events
+
+    func handleEvents(_ events: UInt32) {
+        if events & Epoll.writable != 0 && state != .closed {
+            flushNow(fromWritable: true)
+        }
+        if events & (Epoll.readable | Epoll.hangup | Epoll.error) != 0 && state != .closed {
+            if readingPaused && events & (Epoll.hangup | Epoll.error) != 0 {
+                closeNow(reason: socketError().map { .error($0) } ?? .peerClosed, abortive: false)
+            } else if !readingPaused {
+                readAvailable()
+            }
+        }
+    }
+
+    private func socketError() -> Int32? {
+        var code: Int32 = 0
+        var len = socklen_t(MemoryLayout<Int32>.size)
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &code, &len)
+        return code == 0 ? nil : code
+    }
+
+    // MARK: Closing
+
+    /// Closes the connection. `connectionClosed` follows at the end of the loop iteration.
+    public func close(_ mode: CloseMode = .abort) {
+        switch mode {
+        case .abort:
+            closeNow(reason: .aborted, abortive: true)
+        case .graceful(let linger):
+            guard state == .open else { return }
+            state = .draining
+            if readingPaused {
+                readingPaused = false
+                setInterest(interest | Epoll.readable)
+            }
+            lingerTimer = loop.timers.schedule(afterNanos: linger.engineNanos) { [weak self] in
+                self?.closeNow(reason: .lingerTimeout, abortive: true)
+            }
+            flushNow()
+        }
+    }
+
+    private func shutdownWrite() {
+        guard state == .draining else { return }
+        state = .halfClosed
+        _ = Glibc.shutdown(fd, Int32(SHUT_WR))
+        // Now wait for the peer's EOF (readAvailable discards data and closes on 0).
+    }
+
+    private func closeNow(reason: CloseReason, abortive: Bool) {
+        guard state != .closed else { return }
+        state = .closed
+        closeReason = reason
+        loop.timers.cancel(lingerTimer)
+        if abortive {
+            // SO_LINGER 0: the kernel sends RST and drops unsent data instead of lingering.
+            var l = linger(l_onoff: 1, l_linger: 0)
+            setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, socklen_t(MemoryLayout<linger>.size))
+        }
+        loop.deregister(fd: fd, generation: generation)
+        closeFD(fd)
+        out.removeAll()
+        spillCount = 0
+        loop.scheduleClose(self)
+    }
+
+    /// End of iteration: tell the handler and drop it (breaking any handler ↔ connection cycle).
+    func finishClose() {
+        loop.metrics.connectionsClosed += 1
+        let h = handler
+        handler = nil
+        h?.connectionClosed(self, reason: closeReason)
+    }
+}
+
+extension Connection: LoopSelectable {
+    func loopStopping() {
+        closeNow(reason: .loopStopped, abortive: false)
+    }
+}
+
+@available(*, unavailable)
+extension Connection: Sendable {}

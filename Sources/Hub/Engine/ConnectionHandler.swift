@@ -1,0 +1,50 @@
+/// Why a connection ended; delivered once, at the end of the loop iteration in which it closed.
+public enum CloseReason: Sendable, Equatable, CustomStringConvertible {
+    /// The peer sent EOF (or hung up).
+    case peerClosed
+    /// A read or write failed with this errno (ECONNRESET, EPIPE, ETIMEDOUT, …).
+    case error(Int32)
+    /// We closed abortively (`close(.abort)`).
+    case aborted
+    /// A graceful close completed: queue flushed, write side shut down, peer's EOF seen.
+    case closed
+    /// A graceful close did not finish within its linger time.
+    case lingerTimeout
+    /// The event loop stopped.
+    case loopStopped
+
+    public var description: String {
+        switch self {
+        case .peerClosed: "peer closed"
+        case .error(let code): "error \(code)"
+        case .aborted: "aborted"
+        case .closed: "closed"
+        case .lingerTimeout: "linger timeout"
+        case .loopStopped: "loop stopped"
+        }
+    }
+}
+
+/// The callbacks of one connection. All run on the connection's loop thread.
+///
+/// The engine holds the handler strongly until `connectionClosed`, then drops it, so a handler may
+/// keep a strong reference to its `Connection` without leaking.
+public protocol ConnectionHandler: AnyObject {
+    /// Bytes arrived. `bytes` is the loop's shared read buffer (or this connection's spill buffer),
+    /// preceded by any tail left unconsumed last time; the handler may mutate it in place (unmask).
+    /// - Returns: how many leading bytes were consumed. The unconsumed tail is kept by the engine
+    ///   and handed back, in front of the next bytes, on the next call. The buffer is only valid
+    ///   during the call.
+    func connectionReadable(_ connection: Connection, _ bytes: UnsafeMutableRawBufferPointer) -> Int
+
+    /// The outbound queue drained after the socket had pushed back (EPOLLOUT). A good moment to
+    /// resume producing. Not called for writes that went out immediately.
+    func connectionWritable(_ connection: Connection)
+
+    /// The connection is closed and its fd is gone; called exactly once.
+    func connectionClosed(_ connection: Connection, reason: CloseReason)
+}
+
+extension ConnectionHandler {
+    public func connectionWritable(_ connection: Connection) {}
+}

@@ -1,0 +1,392 @@
+import Dispatch
+import Glibc
+import Synchronization
+
+/// Something the loop delivers epoll events to (a connection, a listener). Loop thread only.
+protocol LoopSelectable: AnyObject {
+    func handleEvents(_ events: UInt32)
+    /// The loop is stopping: release the fd (the loop has already removed it from epoll or will).
+    func loopStopping()
+}
+
+/// One thread, one epoll set, one eventfd: the unit of concurrency of the hub.
+///
+/// Ownership: everything reachable from a loop (its connections, timers, read buffer, metrics) is
+/// touched only by the loop's own thread, so the data path takes no locks. The only shared state is
+/// the inbox behind `execute`, a mutex-protected job array that the loop swaps out in one go; the
+/// first job of a batch writes the eventfd once, later ones just append (like uSockets' `defer`).
+///
+/// An iteration is: pre-hooks → `epoll_wait` → dispatch (stale fd generations dropped) → inbox jobs →
+/// timer wheel → post-hooks → flush of corked connections → deferred closes. Closed connections are
+/// freed only at the end of the iteration, so an event later in the same batch can't touch freed state.
+///
+/// The class is `@unchecked Sendable` because `execute`, `inEventLoop`, `stop` and
+/// `metricsSnapshot` are safe from any thread; every other member must be used on the loop thread
+/// (checked with `assertInLoop` in debug builds).
+public final class EventLoop: @unchecked Sendable {
+    /// Tunables; the defaults are what the hub uses.
+    public struct Configuration: Sendable {
+        /// Timer wheel resolution. Per-connection deadlines are coarse; 1 s costs nothing.
+        public var timerTickNanos: UInt64 = 1_000_000_000
+        public var timerSlots = 1024
+        /// The one read buffer shared by every connection of the loop.
+        public var readBufferSize = 256 * 1024
+        /// Bytes read from one connection per wake-up before moving on (fairness).
+        public var readBudgetPerWakeup = 1024 * 1024
+        public var maxEventsPerWait = 1024
+        public init() {}
+    }
+
+    private struct Inbox {
+        var jobs: [@Sendable () -> Void] = []
+        var wakePending = false
+        var stopRequested = false
+        var finished = false
+    }
+
+    private struct Registration {
+        var target: (any LoopSelectable)?
+        var generation: UInt32 = 0
+    }
+
+    /// Position in its group (0 for a standalone loop).
+    public let index: Int
+    public let configuration: Configuration
+    let epoll: Epoll
+    private let wakeFD: Int32
+    private let inbox = Mutex(Inbox())
+    private var running: [@Sendable () -> Void] = []
+    private var registrations: [Registration] = []
+    private var nextGeneration: UInt32 = 1
+    private var thread: pthread_t = 0
+    private var threadID: pthread_t = 0
+    private let joined = Mutex(false)
+
+    /// Loop-wide timer wheel for deadlines; loop thread only.
+    public let timers: TimerWheel
+    /// The one receive buffer of this loop (handed to handlers in place).
+    let readBuffer: UnsafeMutableRawBufferPointer
+    /// Scratch iovec array for `writev`.
+    let iovecs: UnsafeMutableBufferPointer<iovec>
+    static let iovecCount = 64
+
+    private var preHooks: [() -> Void] = []
+    private var postHooks: [() -> Void] = []
+    var pendingFlush: [Connection] = []
+    private var flushSpare: [Connection] = []
+    var pendingClose: [Connection] = []
+    private var closeSpare: [Connection] = []
+
+    /// Counters; loop thread only. Use `metricsSnapshot()` from elsewhere.
+    public internal(set) var metrics = EngineMetrics()
+
+    /// Creates the loop and starts its thread. Returns once the thread runs.
+    public init(index: Int = 0, configuration: Configuration = .init()) throws(SyscallError) {
+        self.index = index
+        self.configuration = configuration
+        epoll = try Epoll(capacity: configuration.maxEventsPerWait)
+        wakeFD = try syscallBlocking("eventfd") { sys_eventfd(0, LinuxSyscalls.CLOEXEC | LinuxSyscalls.NONBLOCK) }
+        timers = TimerWheel(tickNanos: configuration.timerTickNanos, slots: configuration.timerSlots)
+        readBuffer = .allocate(byteCount: configuration.readBufferSize, alignment: 64)
+        iovecs = .allocate(capacity: EventLoop.iovecCount)
+        iovecs.initialize(repeating: iovec())
+        // Generation 0 is never handed out, so the wake fd's events can't be mistaken for a handler's.
+        // (Every stored property is set by now, so on a throw `deinit` runs and closes the fds.)
+        try epoll.add(fd: wakeFD, generation: 0, events: Epoll.input)
+        let started = DispatchSemaphore(value: 0)
+        let box = Unmanaged.passRetained(StartBox(loop: self, started: started))
+        let rc = pthread_create(&thread, nil, { raw in
+            let box = Unmanaged<StartBox>.fromOpaque(raw!).takeRetainedValue()
+            box.loop.threadMain(started: box.started)
+            return nil
+        }, box.toOpaque())
+        if rc != 0 {
+            box.release()
+            throw SyscallError(call: "pthread_create", code: rc)
+        }
+        started.wait()
+    }
+
+    deinit {
+        readBuffer.deallocate()
+        iovecs.deallocate()
+        closeFD(wakeFD)
+    }
+
+    private final class StartBox: @unchecked Sendable {
+        let loop: EventLoop
+        let started: DispatchSemaphore
+        init(loop: EventLoop, started: DispatchSemaphore) {
+            self.loop = loop
+            self.started = started
+        }
+    }
+
+    // MARK: Any thread
+
+    /// True when called on this loop's thread.
+    public var inEventLoop: Bool { pthread_equal(pthread_self(), threadID) != 0 }
+
+    /// Runs `work` on the loop thread, soon. Callable from any thread, including the loop itself.
+    /// Jobs run in submission order; a batch costs one eventfd write however many jobs it holds.
+    /// Jobs submitted after the loop finished are dropped.
+    public func execute(_ work: @escaping @Sendable () -> Void) {
+        _ = tryExecute(work)
+    }
+
+    /// `execute` that reports whether the job was accepted (false once the loop has finished).
+    func tryExecute(_ work: @escaping @Sendable () -> Void) -> Bool {
+        let (accepted, mustWake) = inbox.withLock { box -> (Bool, Bool) in
+            guard !box.finished else { return (false, false) }
+            box.jobs.append(work)
+            if box.wakePending { return (true, false) }
+            box.wakePending = true
+            return (true, true)
+        }
+        // On the loop thread no wake-up is needed: it checks the inbox before it sleeps.
+        if mustWake && !inEventLoop { wake() }
+        return accepted
+    }
+
+    /// Runs `work` on the loop and waits for its result. Not callable on the loop itself (deadlock).
+    /// Throws `EngineError` if the loop has already finished.
+    public func submitAndWait<T: Sendable>(_ work: @escaping @Sendable () throws -> T) throws -> T {
+        precondition(!inEventLoop, "submitAndWait on the loop's own thread would deadlock")
+        let done = DispatchSemaphore(value: 0)
+        let result = Mutex<Result<T, any Error>?>(nil)
+        let accepted = tryExecute {
+            let r = Result { try work() }
+            result.withLock { $0 = r }
+            done.signal()
+        }
+        guard accepted else { throw EngineError("event loop \(index) has stopped") }
+        done.wait()
+        return try result.withLock { $0! }.get()
+    }
+
+    /// A copy of the loop's counters, taken on the loop thread.
+    public func metricsSnapshot() -> EngineMetrics {
+        if inEventLoop { return metrics }
+        return (try? submitAndWait { [unowned self] in self.metrics }) ?? EngineMetrics()
+    }
+
+    /// Asks the loop to stop after the current iteration: every connection is closed with
+    /// `.loopStopped`, listeners are closed, then the thread exits. Returns at once; see `join()`.
+    public func stop() {
+        inbox.withLock { $0.stopRequested = true }
+        wake()
+    }
+
+    /// Waits for the loop thread to exit. Idempotent; not callable on the loop itself.
+    public func join() {
+        precondition(!inEventLoop, "join on the loop's own thread would deadlock")
+        let mustJoin = joined.withLock { j -> Bool in
+            defer { j = true }
+            return !j
+        }
+        if mustJoin { pthread_join(thread, nil) }
+    }
+
+    private func wake() {
+        var one: UInt64 = 1
+        // EAGAIN means the counter is already non-zero: the loop will wake anyway.
+        _ = try? syscall("write(eventfd)") { Glibc.write(wakeFD, &one, 8) }
+    }
+
+    // MARK: Loop thread
+
+    @inline(__always)
+    func assertInLoop(_ file: StaticString = #fileID, _ line: UInt = #line) {
+        assert(inEventLoop, "loop-bound API used off the loop thread", file: file, line: line)
+    }
+
+    /// Adds a hook run at the start of every iteration, before the loop sleeps.
+    public func addPreIterationHook(_ hook: @escaping () -> Void) {
+        assertInLoop()
+        preHooks.append(hook)
+    }
+
+    /// Adds a hook run after each iteration's events, jobs and timers, before corked connections are
+    /// flushed (the hub commits pub/sub batches here so a subscriber gets them in one `writev`).
+    public func addPostIterationHook(_ hook: @escaping () -> Void) {
+        assertInLoop()
+        postHooks.append(hook)
+    }
+
+    /// Schedules `action` on this loop's timer wheel (one-tick precision).
+    @discardableResult
+    public func schedule(after delay: Duration, _ action: @escaping () -> Void) -> TimerHandle {
+        assertInLoop()
+        return timers.schedule(afterNanos: delay.engineNanos, action)
+    }
+
+    /// Runs `action` every `interval` (rounded to whole ticks) until the handle is cancelled.
+    @discardableResult
+    public func scheduleRepeating(every interval: Duration, _ action: @escaping () -> Void) -> TimerHandle {
+        assertInLoop()
+        return timers.scheduleRepeating(everyNanos: interval.engineNanos, action)
+    }
+
+    /// A fresh generation to stamp a registration's events with (never 0: that is the wake fd's).
+    func reserveGeneration() -> UInt32 {
+        let generation = nextGeneration
+        nextGeneration &+= 1
+        if nextGeneration == 0 { nextGeneration = 1 }
+        return generation
+    }
+
+    /// Pushes a pending timer back to `delay` from now, keeping its action (O(1), no allocation:
+    /// the idle-timeout path). Returns false if it already fired or was cancelled.
+    @discardableResult
+    public func reschedule(_ timer: TimerHandle, after delay: Duration) -> Bool {
+        assertInLoop()
+        return timers.reschedule(timer, afterNanos: delay.engineNanos)
+    }
+
+    /// Cancels a timer; harmless on a stale or `.none` handle.
+    @discardableResult
+    public func cancel(_ timer: TimerHandle) -> Bool {
+        assertInLoop()
+        return timers.cancel(timer)
+    }
+
+    /// Registers `target` for `events` on `fd` under `generation` (from `reserveGeneration`).
+    func register(_ target: any LoopSelectable, fd: Int32, generation: UInt32, events: UInt32) throws(SyscallError) {
+        assertInLoop()
+        let slot = Int(fd)
+        if slot >= registrations.count {
+            registrations.append(contentsOf: repeatElement(Registration(), count: max(slot + 1 - registrations.count, registrations.count, 64)))
+        }
+        try epoll.add(fd: fd, generation: generation, events: events)
+        registrations[slot] = Registration(target: target, generation: generation)
+    }
+
+    func reregister(fd: Int32, generation: UInt32, events: UInt32) throws(SyscallError) {
+        try epoll.modify(fd: fd, generation: generation, events: events)
+    }
+
+    /// Removes `fd` from epoll and from the table (only if the slot still holds `generation`).
+    func deregister(fd: Int32, generation: UInt32) {
+        assertInLoop()
+        epoll.remove(fd: fd)
+        let slot = Int(fd)
+        if slot < registrations.count && registrations[slot].generation == generation {
+            registrations[slot] = Registration()
+        }
+    }
+
+    /// The object registered for `fd`, if any (used to reach listeners from their handles).
+    func registered(fd: Int32) -> (any LoopSelectable)? {
+        assertInLoop()
+        let slot = Int(fd)
+        return slot < registrations.count ? registrations[slot].target : nil
+    }
+
+    func scheduleFlush(_ c: Connection) { pendingFlush.append(c) }
+    func scheduleClose(_ c: Connection) { pendingClose.append(c) }
+
+    private func threadMain(started: DispatchSemaphore) {
+        threadID = pthread_self()
+        started.signal()
+        run()
+        teardown()
+    }
+
+    private func hasImmediateWork() -> Bool {
+        !pendingFlush.isEmpty || !pendingClose.isEmpty || inbox.withLock { !$0.jobs.isEmpty || $0.stopRequested }
+    }
+
+    private func run() {
+        while true {
+            for hook in preHooks { hook() }
+            var timeout: Int32 = -1
+            if hasImmediateWork() {
+                timeout = 0
+            } else if let nanos = timers.nanosUntilNextTick(now: monotonicNanos()) {
+                timeout = Int32(clamping: (nanos + 999_999) / 1_000_000)
+            }
+            let ready: Int
+            do {
+                ready = try epoll.wait(timeoutMs: timeout)
+            } catch {
+                preconditionFailure("epoll_wait: \(error)")
+            }
+            // The loop may have slept for minutes; deadlines set during this iteration count from now.
+            timers.updateNow(monotonicNanos())
+            for i in 0..<ready {
+                let (fd, generation, events) = epoll.event(at: i)
+                if fd == wakeFD && generation == 0 {
+                    var counter: UInt64 = 0
+                    _ = try? syscall("read(eventfd)") { Glibc.read(wakeFD, &counter, 8) }
+                    continue
+                }
+                let slot = Int(fd)
+                guard slot < registrations.count, registrations[slot].generation == generation,
+                      let target = registrations[slot].target else { continue }  // stale: fd closed/reused
+                target.handleEvents(events)
+            }
+            let stopNow = runInbox()
+            timers.advance(toNanos: monotonicNanos())
+            for hook in postHooks { hook() }
+            finishIteration()
+            if stopNow { return }
+        }
+    }
+
+    /// Swaps the inbox out under the lock and runs it outside. Returns whether a stop was requested.
+    private func runInbox() -> Bool {
+        let stopRequested = inbox.withLock { box -> Bool in
+            swap(&box.jobs, &running)
+            box.wakePending = false
+            return box.stopRequested
+        }
+        for job in running { job() }
+        running.removeAll(keepingCapacity: running.capacity <= 1024)
+        return stopRequested
+    }
+
+    /// Flushes corked connections, then frees closed ones; repeats briefly because close callbacks
+    /// may write to other connections.
+    private func finishIteration() {
+        var rounds = 0
+        while (!pendingFlush.isEmpty || !pendingClose.isEmpty) && rounds < 4 {
+            rounds += 1
+            swap(&pendingFlush, &flushSpare)
+            for c in flushSpare { c.flushCorked() }
+            flushSpare.removeAll(keepingCapacity: true)
+            swap(&pendingClose, &closeSpare)
+            for c in closeSpare { c.finishClose() }
+            closeSpare.removeAll(keepingCapacity: true)
+        }
+    }
+
+    private func teardown() {
+        for slot in registrations.indices {
+            if let target = registrations[slot].target { target.loopStopping() }
+        }
+        registrations.removeAll()
+        finishIteration()
+        // Run what is left so nobody blocked in `submitAndWait` hangs; later jobs are dropped.
+        while true {
+            let jobs = inbox.withLock { box -> [@Sendable () -> Void] in
+                let j = box.jobs
+                box.jobs.removeAll()
+                if j.isEmpty { box.finished = true }
+                return j
+            }
+            if jobs.isEmpty { break }
+            for job in jobs { job() }
+        }
+        preHooks.removeAll()
+        postHooks.removeAll()
+    }
+}
+
+extension Duration {
+    /// Whole nanoseconds, saturating; negative durations are zero.
+    var engineNanos: UInt64 {
+        let (s, atto) = components
+        if s < 0 { return 0 }
+        return UInt64(s).multipliedReportingOverflow(by: 1_000_000_000).partialValue &+ UInt64(atto / 1_000_000_000)
+    }
+}

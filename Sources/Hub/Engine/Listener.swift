@@ -1,0 +1,141 @@
+import Glibc
+
+/// The loop-bound half of a listening socket: the accept loop and the reserve descriptor.
+///
+/// Accepts run until EAGAIN or `acceptBudget` per wake-up (fairness: a connection storm must not
+/// starve established connections on the same loop; level-triggered epoll reports the rest).
+///
+/// Descriptor exhaustion: with EMFILE/ENFILE, the pending connection would sit in the backlog and
+/// level-triggered epoll would spin on it. So each listener keeps one reserve fd (/dev/null): on
+/// exhaustion it closes the reserve, accepts, lets the delegate answer (HTTP 503), closes, and
+/// reopens the reserve. If even that fails, accepting pauses for one timer tick.
+final class Listener: LoopSelectable {
+    static let acceptBudget = 64
+
+    let fd: Int32
+    unowned let loop: EventLoop
+    let isTCP: Bool
+    let generation: UInt32
+    private let delegate: any ListenerDelegate
+    private var reserveFD: Int32 = -1
+    private var exhausted = false
+    private var paused = false
+    private(set) var closed = false
+    /// Test hook: pretend accept4 failed with this errno before the real call (nil in production).
+    var injectedAcceptError: Int32?
+
+    init(fd: Int32, loop: EventLoop, isTCP: Bool, delegate: any ListenerDelegate) throws(SyscallError) {
+        self.fd = fd
+        self.loop = loop
+        self.isTCP = isTCP
+        self.delegate = delegate
+        generation = loop.reserveGeneration()
+        openReserve()
+        try loop.register(self, fd: fd, generation: generation, events: Epoll.input)
+    }
+
+    private func openReserve() {
+        if reserveFD < 0 { reserveFD = open("/dev/null", O_RDONLY | O_CLOEXEC) }
+    }
+
+    private func accept() throws(SyscallError) -> IOResult<(Int32, String)> {
+        if let code = injectedAcceptError { throw SyscallError(call: "accept4", code: code) }
+        var storage = sockaddr_storage()
+        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        let result = try syscall("accept4") {
+            withUnsafeMutableBytes(of: &storage) { sys_accept4(fd, $0.baseAddress, &length, LinuxSyscalls.CLOEXEC | LinuxSyscalls.NONBLOCK) }
+        }
+        guard case .processed(let client) = result else { return .wouldBlock }
+        return .processed((client, isTCP ? SocketAddress(storage: storage, length: length).description : "unix"))
+    }
+
+    func handleEvents(_ events: UInt32) {
+        var budget = Listener.acceptBudget
+        while budget > 0 && !closed && !paused {
+            budget -= 1
+            do {
+                guard case .processed(let (client, peer)) = try accept() else { return }
+                exhausted = false
+                loop.metrics.accepts += 1
+                if isTCP { Socket.setNoDelay(client) }
+                delegate.accepted(fd: client, peer: peer, on: loop)
+            } catch {
+                loop.metrics.acceptFailures[error.code, default: 0] += 1
+                switch error.code {
+                case EMFILE, ENFILE:
+                    if !exhausted {
+                        exhausted = true
+                        loop.metrics.descriptorExhaustions += 1
+                        delegate.descriptorsExhausted(errno: error.code, on: loop)
+                    }
+                    switch shedOne() {
+                    case .shed: continue
+                    case .drained: return
+                    case .impossible: pause(); return
+                    }
+                case ENOBUFS, ENOMEM:
+                    pause()
+                    return
+                default:
+                    // ECONNABORTED, EPROTO, EPERM (firewall): that one connection is gone; go on.
+                    continue
+                }
+            }
+        }
+    }
+
+    private enum ShedResult { case shed, drained, impossible }
+
+    /// Uses the reserve fd to accept one pending connection and refuse it.
+    private func shedOne() -> ShedResult {
+        guard reserveFD >= 0 else { return .impossible }
+        closeFD(reserveFD)
+        reserveFD = -1
+        defer { openReserve() }
+        let saved = injectedAcceptError
+        injectedAcceptError = nil
+        defer { injectedAcceptError = saved }
+        let client: Int32
+        do {
+            guard case .processed(let (accepted, _)) = try accept() else { return .drained }
+            client = accepted
+        } catch {
+            return .impossible
+        }
+        loop.metrics.shedConnections += 1
+        delegate.shedding(fd: client, on: loop)
+        closeFD(client)
+        return .shed
+    }
+
+    /// Stops accepting for one timer tick (the backlog waits in the kernel meanwhile).
+    private func pause() {
+        guard !paused, !closed else { return }
+        paused = true
+        try? loop.reregister(fd: fd, generation: generation, events: 0)
+        loop.timers.schedule(afterNanos: 1) { [weak self] in
+            guard let self, !self.closed else { return }
+            self.paused = false
+            try? self.loop.reregister(fd: self.fd, generation: self.generation, events: Epoll.input)
+        }
+    }
+
+    func close() {
+        guard !closed else { return }
+        closed = true
+        loop.deregister(fd: fd, generation: generation)
+        closeFD(fd)
+        if reserveFD >= 0 { closeFD(reserveFD) }
+        reserveFD = -1
+    }
+
+    func loopStopping() { close() }
+
+    deinit {
+        // Only reached without close() when init failed after opening the reserve.
+        if reserveFD >= 0 { closeFD(reserveFD) }
+    }
+}
+
+@available(*, unavailable)
+extension Listener: Sendable {}

@@ -1,0 +1,122 @@
+import Glibc
+
+/// An IPv4 or IPv6 socket address, parsed from the operator's "HOST:PORT" spelling.
+///
+/// Accepted: "127.0.0.1:8080", "0.0.0.0:80", ":8080" / "*:8080" (all IPv4 interfaces),
+/// "[::1]:8080", "[::]:8080", "localhost:8080" (127.0.0.1). No DNS: a hub binds literal addresses.
+public struct SocketAddress: @unchecked Sendable, CustomStringConvertible {
+    // sockaddr_storage is plain bytes; @unchecked only because the C import isn't marked Sendable.
+    private var storage = sockaddr_storage()
+    public private(set) var length: socklen_t = 0
+
+    public var family: Int32 { Int32(storage.ss_family) }
+
+    /// Parses "HOST:PORT".
+    public init(parsing text: String) throws(EngineError) {
+        var host: Substring
+        let portText: Substring
+        if text.hasPrefix("[") {
+            guard let close = text.firstIndex(of: "]"), text[text.index(after: close)...].hasPrefix(":") else {
+                throw EngineError("bad address \"\(text)\": expected [IPv6]:PORT")
+            }
+            host = text[text.index(after: text.startIndex)..<close]
+            portText = text[text.index(close, offsetBy: 2)...]
+        } else {
+            guard let colon = text.lastIndex(of: ":") else { throw EngineError("bad address \"\(text)\": expected HOST:PORT") }
+            host = text[..<colon]
+            portText = text[text.index(after: colon)...]
+        }
+        guard let port = UInt16(portText) else { throw EngineError("bad port in \"\(text)\"") }
+        if host.isEmpty || host == "*" { host = "0.0.0.0" }
+        if host == "localhost" { host = "127.0.0.1" }
+        var v4 = in_addr()
+        var v6 = in6_addr()
+        if inet_pton(AF_INET, String(host), &v4) == 1 {
+            var sin = sockaddr_in()
+            sin.sin_family = sa_family_t(AF_INET)
+            sin.sin_port = port.bigEndian
+            sin.sin_addr = v4
+            self.init(raw: sin)
+        } else if inet_pton(AF_INET6, String(host), &v6) == 1 {
+            var sin6 = sockaddr_in6()
+            sin6.sin6_family = sa_family_t(AF_INET6)
+            sin6.sin6_port = port.bigEndian
+            sin6.sin6_addr = v6
+            self.init(raw: sin6)
+        } else {
+            throw EngineError("bad host in \"\(text)\": expected an IPv4/IPv6 literal or localhost")
+        }
+    }
+
+    private init<T>(raw: T) {
+        withUnsafeMutableBytes(of: &storage) { dst in
+            withUnsafeBytes(of: raw) { dst.copyMemory(from: $0) }
+        }
+        length = socklen_t(MemoryLayout<T>.size)
+    }
+
+    /// Wraps what `accept4`/`getsockname` filled in.
+    init(storage: sockaddr_storage, length: socklen_t) {
+        self.storage = storage
+        self.length = length
+    }
+
+    /// The port (host byte order); 0 for non-IP families.
+    public var port: Int {
+        get {
+            withUnsafeBytes(of: storage) { raw in
+                switch family {
+                case AF_INET, AF_INET6: Int(UInt16(bigEndian: raw.loadUnaligned(fromByteOffset: 2, as: UInt16.self)))
+                default: 0
+                }
+            }
+        }
+        set {
+            withUnsafeMutableBytes(of: &storage) { raw in
+                raw.storeBytes(of: UInt16(truncatingIfNeeded: newValue).bigEndian, toByteOffset: 2, as: UInt16.self)
+            }
+        }
+    }
+
+    func withSockAddr<R>(_ body: (UnsafePointer<sockaddr>, socklen_t) throws -> R) rethrows -> R {
+        try withUnsafeBytes(of: storage) { raw in
+            try body(raw.baseAddress!.assumingMemoryBound(to: sockaddr.self), length)
+        }
+    }
+
+    /// "ip:port" or "[v6]:port" ("unix" for Unix sockets).
+    public var description: String {
+        withUnsafeBytes(of: storage) { raw -> String in
+            var text = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN) + 1)
+            switch family {
+            case AF_INET:
+                var a = raw.loadUnaligned(fromByteOffset: 4, as: in_addr.self)
+                inet_ntop(AF_INET, &a, &text, socklen_t(text.count))
+                return "\(text.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }):\(port)"
+            case AF_INET6:
+                var a = raw.loadUnaligned(fromByteOffset: 8, as: in6_addr.self)
+                inet_ntop(AF_INET6, &a, &text, socklen_t(text.count))
+                return "[\(text.withUnsafeBufferPointer { String(cString: $0.baseAddress!) })]:\(port)"
+            case AF_UNIX:
+                return "unix"
+            default:
+                return "unknown"
+            }
+        }
+    }
+
+    /// Opens a TCP connection (blocking connect, then non-blocking, cloexec, TCP_NODELAY) for
+    /// clients such as the load generator; adopt the fd with `Connection(adopting:on:peer:handler:)`.
+    public func connect() throws(SyscallError) -> Int32 {
+        let fd = try syscallBlocking("socket") { socket(family, Int32(SOCK_STREAM.rawValue) | LinuxSyscalls.CLOEXEC, 0) }
+        do {
+            _ = try syscallBlocking("connect") { withSockAddr { Glibc.connect(fd, $0, $1) } }
+            try Socket.setNonBlocking(fd)
+            Socket.setNoDelay(fd)
+        } catch {
+            closeFD(fd)
+            throw error
+        }
+        return fd
+    }
+}

@@ -1,0 +1,156 @@
+import Dispatch
+import Glibc
+import Synchronization
+import Testing
+@testable import Hub
+
+@Suite("Event loop and timers")
+struct EngineLoopTests {
+    @Test func executeFromManyThreadsRunsEachJobOnceOnTheLoop() throws {
+        let loop = try EventLoop()
+        defer { loop.stop(); loop.join() }
+        let threads = 8, perThread = 5_000
+        let seen = LoopBox([Int](repeating: 0, count: threads * perThread))
+        let offLoop = LoopBox(0)
+        DispatchQueue.concurrentPerform(iterations: threads) { t in
+            for j in 0..<perThread {
+                let id = t * perThread + j
+                loop.execute {
+                    if !loop.inEventLoop { offLoop.value += 1 }
+                    seen.value[id] += 1
+                }
+            }
+        }
+        let counts = try loop.submitAndWait { seen.value }
+        #expect(counts.allSatisfy { $0 == 1 })
+        #expect(try loop.submitAndWait { offLoop.value } == 0)
+        #expect(!loop.inEventLoop)
+    }
+
+    @Test func hooksRunEveryIteration() throws {
+        let loop = try EventLoop()
+        defer { loop.stop(); loop.join() }
+        let counts = LoopBox((pre: 0, post: 0))
+        try loop.submitAndWait {
+            loop.addPreIterationHook { counts.value.pre += 1 }
+            loop.addPostIterationHook { counts.value.post += 1 }
+        }
+        for _ in 0..<10 { try loop.submitAndWait {} }
+        let (pre, post) = try loop.submitAndWait { (counts.value.pre, counts.value.post) }
+        #expect(pre >= 10 && post >= 10)
+    }
+
+    @Test func stoppedLoopRejectsWork() throws {
+        let loop = try EventLoop()
+        loop.stop()
+        loop.join()
+        #expect(throws: EngineError.self) { try loop.submitAndWait { 1 } }
+    }
+
+    @Test func wheelScheduleRescheduleCancel() {
+        let second: UInt64 = 1_000_000_000
+        let wheel = TimerWheel(tickNanos: second, slots: 8, nowNanos: 100 * second)
+        var fired: [String] = []
+        let a = wheel.schedule(afterNanos: 2 * second + second / 2) { fired.append("a") }  // due at 102.5 → tick 103
+        let b = wheel.schedule(afterNanos: 1 * second) { fired.append("b") }
+        let c = wheel.schedule(afterNanos: 1 * second) { fired.append("c") }
+        #expect(wheel.count == 3)
+        #expect(wheel.cancel(c))
+        #expect(!wheel.cancel(c), "second cancel is a no-op")
+        wheel.advance(toNanos: 100 * second + second - 1)
+        #expect(fired.isEmpty, "never early")
+        wheel.advance(toNanos: 101 * second)
+        #expect(fired == ["b"])
+        #expect(!wheel.isPending(b) && !wheel.cancel(b))
+        wheel.advance(toNanos: 102 * second + second / 2)
+        #expect(fired == ["b"])
+        #expect(wheel.reschedule(a, afterNanos: 20 * second))  // more than one revolution (8 slots) away
+        wheel.advance(toNanos: 110 * second)
+        #expect(fired == ["b"], "a revolution later the rescheduled timer is still pending")
+        wheel.advance(toNanos: 123 * second)
+        #expect(fired == ["b", "a"])
+        #expect(wheel.count == 0)
+        #expect(wheel.nanosUntilNextTick(now: 123 * second) == nil)
+    }
+
+    @Test func wheelStaleHandleDoesNotTouchReusedEntry() {
+        let wheel = TimerWheel(tickNanos: 10, slots: 4, nowNanos: 0)
+        var fired = 0
+        let old = wheel.schedule(afterNanos: 10) { fired += 100 }
+        wheel.cancel(old)
+        let new = wheel.schedule(afterNanos: 10) { fired += 1 }  // reuses old's entry
+        #expect(new.index == old.index && new.generation != old.generation)
+        #expect(!wheel.cancel(old))
+        #expect(!wheel.reschedule(old, afterNanos: 1000))
+        wheel.advance(toNanos: 10)
+        #expect(fired == 1)
+    }
+
+    @Test func wheelRepeatingAndSelfCancel() {
+        let wheel = TimerWheel(tickNanos: 10, slots: 16, nowNanos: 0)
+        var ticks: [UInt64] = []
+        var handle = TimerHandle.none
+        handle = wheel.scheduleRepeating(everyNanos: 20) {
+            ticks.append(wheel.currentTick)
+            if ticks.count == 3 { wheel.cancel(handle) }
+        }
+        for t in stride(from: UInt64(0), through: 200, by: 5) { wheel.advance(toNanos: t) }
+        #expect(ticks == [2, 4, 6])
+        #expect(wheel.count == 0)
+        // Actions scheduled from an action, and a long stall past many revolutions.
+        var order: [Int] = []
+        wheel.schedule(afterNanos: 10) {
+            order.append(1)
+            wheel.schedule(afterNanos: 10) { order.append(2) }
+        }
+        wheel.schedule(afterNanos: 5000) { order.append(3) }
+        wheel.advance(toNanos: 1_000_000)  // a stall of many revolutions: one sweep fires all that is due
+        #expect(Set(order) == [1, 3] && order.first == 1)
+        wheel.advance(toNanos: 1_000_010)  // the timer scheduled during the sweep fires a tick later
+        #expect(order.count == 3 && order.last == 2)
+        #expect(wheel.count == 0)
+    }
+
+    @Test func realTimerFiresOnTheLoop() throws {
+        let loop = try EventLoop(configuration: testLoopConfiguration(tickMillis: 10))
+        defer { loop.stop(); loop.join() }
+        let done = DispatchSemaphore(value: 0)
+        let start = Mutex<UInt64>(0)
+        let firedAt = Mutex<UInt64>(0)
+        let repeats = LoopBox(0)
+        loop.execute {
+            start.withLock { $0 = monotonicNanos() }
+            loop.schedule(after: .milliseconds(50)) {
+                firedAt.withLock { $0 = monotonicNanos() }
+                done.signal()
+            }
+            loop.scheduleRepeating(every: .milliseconds(10)) { repeats.value += 1 }
+        }
+        #expect(done.wait(timeout: .now() + 5) == .success)
+        let elapsed = firedAt.withLock { $0 } - start.withLock { $0 }
+        #expect(elapsed >= 50_000_000 && elapsed < 2_000_000_000)
+        #expect(try loop.submitAndWait { repeats.value } >= 2)
+    }
+}
+
+@Suite("Timer clock")
+struct EngineTimerClockTests {
+    @Test func deadlineAfterLongSleepCountsFromWakeUp() throws {
+        let loop = try EventLoop(configuration: testLoopConfiguration(tickMillis: 10))
+        defer { loop.stop(); loop.join() }
+        usleep(300_000)  // the loop sleeps in epoll_wait with no timers: its cached time goes stale
+        let scheduledAt = Mutex<UInt64>(0)
+        let firedAt = Mutex<UInt64>(0)
+        let done = DispatchSemaphore(value: 0)
+        loop.execute {
+            scheduledAt.withLock { $0 = monotonicNanos() }
+            loop.schedule(after: .milliseconds(100)) {
+                firedAt.withLock { $0 = monotonicNanos() }
+                done.signal()
+            }
+        }
+        #expect(done.wait(timeout: .now() + 5) == .success)
+        let elapsed = firedAt.withLock { $0 } - scheduledAt.withLock { $0 }
+        #expect(elapsed >= 100_000_000, "fired \(elapsed / 1_000_000) ms after scheduling")
+    }
+}

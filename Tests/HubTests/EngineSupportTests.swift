@@ -1,0 +1,175 @@
+import Glibc
+import Synchronization
+import Testing
+@testable import Hub
+
+/// Blocking loopback client helpers for engine tests. Every socket gets 10 s send/receive timeouts
+/// so a broken engine fails a test instead of hanging it.
+enum TestClient {
+    static func connect(port: Int, host: String = "127.0.0.1") -> Int32 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        precondition(fd >= 0)
+        var tv = timeval(tv_sec: 10, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        var sin = sockaddr_in()
+        sin.sin_family = sa_family_t(AF_INET)
+        sin.sin_port = UInt16(port).bigEndian
+        inet_pton(AF_INET, host, &sin.sin_addr)
+        let rc = withUnsafePointer(to: &sin) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        precondition(rc == 0, "connect failed: errno \(errno)")
+        return fd
+    }
+
+    static func connectUnix(path: String) -> Int32 {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        var tv = timeval(tv_sec: 10, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            raw.copyBytes(from: Array(path.utf8))
+            raw[path.utf8.count] = 0
+        }
+        let rc = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        precondition(rc == 0, "unix connect failed: errno \(errno)")
+        return fd
+    }
+
+    static func writeAll(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
+        var off = 0
+        while off < bytes.count {
+            let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + off, bytes.count - off) }
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { return false }
+            off += n
+        }
+        return true
+    }
+
+    /// Reads exactly `count` bytes, or returns what it got before EOF/timeout.
+    static func read(_ fd: Int32, count: Int) -> [UInt8] {
+        var buffer = [UInt8](repeating: 0, count: count)
+        var off = 0
+        while off < count {
+            let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + off, count - off) }
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { break }
+            off += n
+        }
+        return Array(buffer[..<off])
+    }
+
+    /// Reads until EOF (or timeout / `limit`).
+    static func readToEnd(_ fd: Int32, limit: Int = 64 << 20) -> [UInt8] {
+        var result: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        while result.count < limit {
+            let n = chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress!, 65536) }
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { break }
+            result.append(contentsOf: chunk[..<n])
+        }
+        return result
+    }
+
+    static func pattern(_ count: Int, seed: UInt8) -> [UInt8] {
+        [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
+            for i in 0..<count { buffer[i] = UInt8(truncatingIfNeeded: i &* 31 &+ Int(seed) &+ (i >> 11)) }
+            initialized = count
+        }
+    }
+}
+
+/// A mutable box the tests hand to loop jobs; only touched on the loop thread (or after a
+/// `submitAndWait` hand-off), which is why `@unchecked` is sound here.
+final class LoopBox<T>: @unchecked Sendable {
+    var value: T
+    init(_ value: T) { self.value = value }
+}
+
+/// Echoes length-prefixed frames (4-byte big-endian length + payload) but only whole frames, so
+/// partial frames stay unconsumed and exercise the engine's spill path.
+final class FramedEchoHandler: ConnectionHandler {
+    func connectionReadable(_ c: Connection, _ b: UnsafeMutableRawBufferPointer) -> Int {
+        var off = 0
+        while b.count - off >= 4 {
+            let len = Int(UInt32(bigEndian: b.loadUnaligned(fromByteOffset: off, as: UInt32.self)))
+            guard b.count - off - 4 >= len else { break }
+            if c.write(copying: UnsafeRawBufferPointer(rebasing: b[off..<(off + 4 + len)])) == .overCap { c.close(.abort) }
+            off += 4 + len
+        }
+        return off
+    }
+
+    func connectionClosed(_ c: Connection, reason: CloseReason) {}
+}
+
+/// Accepts every connection with a handler made by `make`; records peers and connections.
+final class TestDelegate: ListenerDelegate {
+    let make: () -> any ConnectionHandler
+    let maxQueued: Int
+    var connections: [Connection] = []
+    var exhaustedCount = 0
+    var shedCount = 0
+    var onAccept: ((Connection) -> Void)?
+
+    init(maxQueued: Int = 64 << 20, make: @escaping () -> any ConnectionHandler) {
+        self.make = make
+        self.maxQueued = maxQueued
+    }
+
+    func accepted(fd: Int32, peer: String, on loop: EventLoop) {
+        guard let c = try? Connection(adopting: fd, on: loop, peer: peer, handler: make(), maxQueuedBytes: maxQueued) else { return }
+        connections.append(c)
+        onAccept?(c)
+    }
+
+    func shedding(fd: Int32, on loop: EventLoop) {
+        shedCount += 1
+        let body = Array("HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n".utf8)
+        _ = body.withUnsafeBytes { Glibc.write(fd, $0.baseAddress!, $0.count) }
+    }
+
+    func descriptorsExhausted(errno: Int32, on loop: EventLoop) { exhaustedCount += 1 }
+}
+
+/// Polls `condition` on the loop every 5 ms until it holds or `seconds` pass; returns whether it held.
+@discardableResult
+func waitUntil(_ loop: EventLoop, seconds: Double = 5, _ condition: @escaping @Sendable () -> Bool) -> Bool {
+    let deadline = monotonicNanos() + UInt64(seconds * 1e9)
+    while monotonicNanos() < deadline {
+        if (try? loop.submitAndWait(condition)) == true { return true }
+        usleep(5000)
+    }
+    return false
+}
+
+func testLoopConfiguration(tickMillis: UInt64 = 50) -> EventLoop.Configuration {
+    var c = EventLoop.Configuration()
+    c.timerTickNanos = tickMillis * 1_000_000
+    return c
+}
+
+@Suite("Engine support")
+struct EngineSupportTests {
+    @Test func addressParsing() throws {
+        #expect(try SocketAddress(parsing: "127.0.0.1:8080").description == "127.0.0.1:8080")
+        #expect(try SocketAddress(parsing: "localhost:80").description == "127.0.0.1:80")
+        #expect(try SocketAddress(parsing: "[::1]:9000").description == "[::1]:9000")
+        #expect(try SocketAddress(parsing: ":7000").description == "0.0.0.0:7000")
+        #expect(throws: EngineError.self) { try SocketAddress(parsing: "nohost") }
+        #expect(throws: EngineError.self) { try SocketAddress(parsing: "1.2.3.4:99999") }
+        #expect(throws: EngineError.self) { try SocketAddress(parsing: "example.com:80") }
+    }
+
+    @Test func descriptorLimitIsRaised() {
+        let (soft, hard) = TCPListener.raiseDescriptorLimit()
+        #expect(soft > 0 && soft <= hard)
+        #expect(TCPListener.descriptorLimit().soft == soft)
+    }
+}
