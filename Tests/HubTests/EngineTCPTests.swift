@@ -65,6 +65,10 @@ struct EngineTCPTests {
         let perLoop = group.loops.map { $0.metricsSnapshot().accepts }
         #expect(perLoop.reduce(0, +) == 40)
         #expect(perLoop.allSatisfy { $0 > 0 }, "kernel spread accepts over both SO_REUSEPORT sockets: \(perLoop)")
+        // SO_REUSEPORT must not let a second server silently share a port someone listens on.
+        #expect(throws: EngineError.self) {
+            _ = try TCPListener.bind("127.0.0.1:\(listener.port)", on: group) { _ in TestDelegate { FramedEchoHandler() } }
+        }
         listener.close()
         // The port is free again once every loop closed its socket.
         let again = try TCPListener.bind("127.0.0.1:\(listener.port)", on: group) { _ in TestDelegate { FramedEchoHandler() } }

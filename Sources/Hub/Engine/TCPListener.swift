@@ -31,6 +31,7 @@ public final class TCPListener: Sendable {
         precondition(!loops.isEmpty)
         var bound = address
         var fds: [Int32] = []
+        if address.port != 0 { try ensurePortIsFree(address) }
         do {
             for _ in loops {
                 let fd = try openListeningSocket(bound, backlog: backlog)
@@ -72,6 +73,22 @@ public final class TCPListener: Sendable {
             throw error
         }
         return fd
+    }
+
+    /// SO_REUSEPORT would let a second process of the same user bind the same port and silently take half of
+    /// the connections. A plain bind (SO_REUSEADDR only) fails with EADDRINUSE while anyone listens there, so probe
+    /// with one first and release it.
+    private static func ensurePortIsFree(_ address: SocketAddress) throws(EngineError) {
+        let fd = socket(address.family, Int32(SOCK_STREAM.rawValue) | LinuxSyscalls.CLOEXEC, 0)
+        guard fd >= 0 else { return }  // the real bind below reports what is wrong
+        var one: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        let rc = address.withSockAddr { Glibc.bind(fd, $0, $1) }
+        let code = errno
+        closeFD(fd)
+        if rc != 0 && code == EADDRINUSE {
+            throw EngineError("address \(address) is already in use (is another hub or server running on it?)")
+        }
     }
 
     private static func localAddress(_ fd: Int32) throws(SyscallError) -> SocketAddress {
