@@ -137,6 +137,11 @@ public struct HTTPRequestParser: Sendable {
         return .complete(head, consumed: consumed)
     }
 
+    /// Convenience for `[UInt8]` input; same contract as ``parse(_:)-(UnsafeRawBufferPointer)``.
+    public mutating func parse(_ bytes: [UInt8]) throws(HTTPError) -> HTTPParseResult<HTTPRequestHead> {
+        try bytes.withUnsafeBytes { raw in Result { () throws(HTTPError) in try self.parse(raw) } }.get()
+    }
+
     /// `method SP request-target SP HTTP-version` (RFC 9112 section 3).
     static func parseRequestLine(_ line: [UInt8]) throws(HTTPError) -> (String, String, Int, Int) {
         guard let sp1 = line.firstIndex(of: 0x20) else { throw .badRequest("malformed request line") }

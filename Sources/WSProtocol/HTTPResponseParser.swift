@@ -43,6 +43,11 @@ public struct HTTPResponseParser: Sendable {
         return .complete(head, consumed: consumed)
     }
 
+    /// Convenience for `[UInt8]` input.
+    public mutating func parse(_ bytes: [UInt8]) throws(HTTPError) -> HTTPParseResult<HTTPResponseHead> {
+        try bytes.withUnsafeBytes { raw in Result { () throws(HTTPError) in try self.parse(raw) } }.get()
+    }
+
     /// `HTTP-version SP 3DIGIT SP [reason]` (RFC 9112 section 4; a missing final SP is tolerated).
     static func parseStatusLine(_ line: [UInt8]) throws(HTTPError) -> (Int, String, Int, Int) {
         let bad = HTTPError.badResponse("malformed status line")
