@@ -81,6 +81,11 @@ public final class PerMessageDeflater: MessageCompressor {
         if output.count >= 4 && output[(output.count - 4)...].elementsEqual(deflateSyncTail) {
             output.removeLast(4)
         }
+        if output.isEmpty {
+            // zlib emits nothing for an empty input right after a flush; an empty payload plus the
+            // appended tail would not be a complete block, so send RFC 7692 7.2.3.6's single 0x00.
+            output = [0x00]
+        }
         if noContextTakeover { deflateReset(stream) }
         return output
     }
@@ -132,6 +137,9 @@ public final class PerMessageInflater: MessageDecompressor {
     /// the connection is expected to close.
     public func decompressMessage(_ compressed: UnsafeRawBufferPointer, into output: inout [UInt8], limit: Int) throws(ProtocolViolation) {
         if noContextTakeover { inflateReset(stream) }
+        // An empty payload with RSV1 is taken as an empty message. Appending the tail to nothing would
+        // leave half a stored block in the context and corrupt the next message.
+        if compressed.isEmpty { return }
         var outcome = inflate(compressed, into: &output, limit: limit)
         if case .more = outcome {
             outcome = deflateSyncTail.withUnsafeBytes { inflate($0, into: &output, limit: limit) }
