@@ -52,7 +52,7 @@ import Testing
     // 12.1-12.5: the default offer, different payloads.
     @Test(arguments: Payload.allCases)
     func category12(kind: Payload) throws {
-        try Self.exchange(offer: "permessage-deflate", server: PerMessageDeflateConfiguration(), kind: kind, count: 1)
+        try Self.exchange(offer: "permessage-deflate", server: PerMessageDeflateConfiguration(), kind: kind, count: 2)
     }
 
     // 13.1-13.7: different parameter sets (offers as Autobahn's client sends them), plus server policies.
