@@ -111,7 +111,8 @@ public struct HTTPRequestHead: Sendable {
 /// section 2.2 lets a recipient accept bare LF; we do not, because a WebSocket client always sends
 /// CRLF and a lenient reading is what request smuggling feeds on.
 ///
-/// After `.complete` the parser is back in its initial state and may be reused.
+/// After `.complete` the parser is back in its initial state and may be reused. After a throw it must
+/// be discarded: the caller answers with ``HTTPError/response()`` and closes the connection.
 public struct HTTPRequestParser: Sendable {
     public let limits: HTTPParserLimits
     private var scanner: HeadScanner

@@ -14,15 +14,15 @@ import Testing
     static let sizes = [16, 64, 256, 1024, 4096, 8192, 16384, 32768, 65536, 131072]
 
     static func payload(_ kind: Payload, size: Int, seed: UInt64) -> [UInt8] {
-        var rng = SplitMix(state: seed)
+        var rng = DeflateTestRNG(state: seed)
         switch kind {
         case .text:
             let words = ["lorem", "ipsum", "dolor", "sit", "amet", "häagen", "δέλτα", "✓", "hub", "websocket"]
             var s = [UInt8]()
             while s.count < size { s += Array((words.randomElement(using: &rng)! + " ").utf8) }
             return Array(s.prefix(size))
-        case .json: return jsonText(size, &rng)
-        case .binary: return randomBytes(size, &rng)
+        case .json: return deflateTestJSON(size, &rng)
+        case .binary: return deflateTestRandomBytes(size, &rng)
         case .repetitive: return (0..<size).map { UInt8(truncatingIfNeeded: $0 % 7) }
         }
     }

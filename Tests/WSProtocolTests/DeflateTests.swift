@@ -1,7 +1,7 @@
 import Testing
 @testable import WSProtocol
 
-let hello = Array("Hello".utf8)
+private let hello = Array("Hello".utf8)
 
 @Test func rfc7692HelloSingleBlock() throws {
     // RFC 7692 section 7.2.3.1.
@@ -61,7 +61,7 @@ let hello = Array("Hello".utf8)
 }
 
 /// Deterministic pseudo-random bytes (SplitMix64) so a failure is reproducible.
-struct SplitMix: RandomNumberGenerator {
+struct DeflateTestRNG: RandomNumberGenerator {
     var state: UInt64
     mutating func next() -> UInt64 {
         state &+= 0x9E3779B97F4A7C15
@@ -72,9 +72,9 @@ struct SplitMix: RandomNumberGenerator {
     }
 }
 
-func randomBytes(_ n: Int, _ rng: inout SplitMix) -> [UInt8] { (0..<n).map { _ in UInt8.random(in: 0...255, using: &rng) } }
+func deflateTestRandomBytes(_ n: Int, _ rng: inout DeflateTestRNG) -> [UInt8] { (0..<n).map { _ in UInt8.random(in: 0...255, using: &rng) } }
 
-func jsonText(_ n: Int, _ rng: inout SplitMix) -> [UInt8] {
+func deflateTestJSON(_ n: Int, _ rng: inout DeflateTestRNG) -> [UInt8] {
     var s = ""
     while s.utf8.count < n {
         s += "{\"channel\":\"room-\(Int.random(in: 0..<50, using: &rng))\",\"seq\":\(Int.random(in: 0..<100_000, using: &rng)),"
@@ -85,11 +85,11 @@ func jsonText(_ n: Int, _ rng: inout SplitMix) -> [UInt8] {
 
 @Test(arguments: 9...15, [false, true])
 func roundTrips(windowBits: Int, takeover: Bool) throws {
-    var rng = SplitMix(state: UInt64(windowBits * 2 + (takeover ? 1 : 0)))
+    var rng = DeflateTestRNG(state: UInt64(windowBits * 2 + (takeover ? 1 : 0)))
     let deflater = PerMessageDeflater(windowBits: windowBits, noContextTakeover: !takeover)
     let inflater = PerMessageInflater(noContextTakeover: !takeover)
     for size in [0, 1, 5, 100, 1000, 4096, 20_000, 70_000] {
-        for message in [randomBytes(size, &rng), jsonText(size, &rng)] {
+        for message in [deflateTestRandomBytes(size, &rng), deflateTestJSON(size, &rng)] {
             let compressed = deflater.compressMessage(message)
             let back = try inflater.decompressMessage(compressed, limit: message.count)
             #expect(back == message, "size \(size)")
@@ -101,10 +101,10 @@ func roundTrips(windowBits: Int, takeover: Bool) throws {
     // Compressing with zlib windowBits 9 for a negotiated 8 must never reach back more than 256 bytes.
     // A 300-byte period forces a choice: matches 300 back are out of reach; the result must still round-trip
     // with an inflater, and a window-8-strict decoder would be equally happy (zlib's max distance is 2^9 - 262).
-    var rng = SplitMix(state: 8)
-    let period = randomBytes(300, &rng)
+    var rng = DeflateTestRNG(state: 8)
+    let period = deflateTestRandomBytes(300, &rng)
     let message = Array((0..<20).map { _ in period }.joined())
-    let deflater = PerMessageDeflater(parameters: P(serverMaxWindowBits: 8), role: .server)
+    let deflater = PerMessageDeflater(parameters: PMDParams(serverMaxWindowBits: 8), role: .server)
     #expect(deflater.windowBits == 8)
     let compressed = deflater.compressMessage(message)
     #expect(compressed.count > 300 * 10 / 2)  // nothing matched 300 back
@@ -173,8 +173,8 @@ func corruptDataIsInvalid(_ data: [UInt8]) {
 }
 
 @Test func roleSelectsTheDirection() {
-    let p = P(serverNoContextTakeover: true, clientNoContextTakeover: false, serverMaxWindowBits: 10, clientMaxWindowBits: 12)
-    let config = Config(compressionLevel: 1, memLevel: 9, minimumSizeToCompress: 32)
+    let p = PMDParams(serverNoContextTakeover: true, clientNoContextTakeover: false, serverMaxWindowBits: 10, clientMaxWindowBits: 12)
+    let config = PMDConfig(compressionLevel: 1, memLevel: 9, minimumSizeToCompress: 32)
     let serverDeflater = PerMessageDeflater(parameters: p, role: .server, configuration: config)
     #expect(serverDeflater.windowBits == 10 && serverDeflater.noContextTakeover)
     #expect(!serverDeflater.shouldCompress(31) && serverDeflater.shouldCompress(32))

@@ -2,7 +2,7 @@ import Testing
 @testable import WSProtocol
 
 /// Feeds `chunks` one after another; returns the head and the total bytes consumed (across chunks).
-func parseRequest(_ chunks: [[UInt8]], limits: HTTPParserLimits = HTTPParserLimits()) -> Result<(HTTPRequestHead, Int), HTTPError> {
+func parseRequestChunks(_ chunks: [[UInt8]], limits: HTTPParserLimits = HTTPParserLimits()) -> Result<(HTTPRequestHead, Int), HTTPError> {
     var parser = HTTPRequestParser(limits: limits)
     var before = 0
     for chunk in chunks {
@@ -20,14 +20,14 @@ func parseRequest(_ chunks: [[UInt8]], limits: HTTPParserLimits = HTTPParserLimi
     return .failure(HTTPError(status: 0, code: "INCOMPLETE", message: "ran out of input"))
 }
 
-func bytes(_ s: String) -> [UInt8] { Array(s.utf8) }
+private func bytes(_ s: String) -> [UInt8] { Array(s.utf8) }
 
-let validUpgrade = "GET /chat?room=a%20b&x=1+2 HTTP/1.1\r\nHost: server.example.com\r\nUpgrade: websocket\r\n" +
+private let validUpgrade = "GET /chat?room=a%20b&x=1+2 HTTP/1.1\r\nHost: server.example.com\r\nUpgrade: websocket\r\n" +
     "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nOrigin: http://example.com\r\n" +
     "Sec-WebSocket-Protocol: chat, superchat\r\nSec-WebSocket-Version: 13\r\n\r\n"
 
 @Test func parsesValidUpgradeRequest() throws {
-    let (head, consumed) = try parseRequest([bytes(validUpgrade)]).get()
+    let (head, consumed) = try parseRequestChunks([bytes(validUpgrade)]).get()
     #expect(consumed == validUpgrade.utf8.count)
     #expect(head.method == "GET")
     #expect(head.target == "/chat?room=a%20b&x=1+2")
@@ -55,12 +55,12 @@ let validUpgrade = "GET /chat?room=a%20b&x=1+2 HTTP/1.1\r\nHost: server.example.
 
 @Test func oneByteAtATimeAndEverySplitGiveTheSameHead() throws {
     let wire = bytes(validUpgrade)
-    let whole = try parseRequest([wire]).get().0
-    let (single, consumed1) = try parseRequest(wire.map { [$0] }).get()
+    let whole = try parseRequestChunks([wire]).get().0
+    let (single, consumed1) = try parseRequestChunks(wire.map { [$0] }).get()
     #expect(consumed1 == wire.count)
     #expect(single.headers.entries == whole.headers.entries && single.target == whole.target)
     for cut in 0...wire.count {
-        let (head, consumed) = try parseRequest([Array(wire[..<cut]), Array(wire[cut...])]).get()
+        let (head, consumed) = try parseRequestChunks([Array(wire[..<cut]), Array(wire[cut...])]).get()
         #expect(consumed == wire.count, "split at \(cut)")
         #expect(head.headers.entries == whole.headers.entries, "split at \(cut)")
         #expect(head.method == "GET" && head.path == "/chat", "split at \(cut)")
@@ -107,7 +107,7 @@ let validUpgrade = "GET /chat?room=a%20b&x=1+2 HTTP/1.1\r\nHost: server.example.
 
 @Test func repeatedHeadersAndCaseInsensitiveNames() throws {
     let raw = "GET / HTTP/1.1\r\nHost: h\r\nX-A: 1\r\nx-a:2, ,3 \r\nX-A:\r\nconnection: keep-alive, UPGRADE\r\nX-Tab:\ta\tb\t\r\n\r\n"
-    let head = try parseRequest([bytes(raw)]).get().0
+    let head = try parseRequestChunks([bytes(raw)]).get().0
     #expect(head.headers.values("x-A") == ["1", "2, ,3", ""])
     #expect(head.headers[first: "X-a"] == "1")
     #expect(head.headers.tokens("X-A") == ["1", "2", "3"])
@@ -121,7 +121,7 @@ struct BadRequestCase: Sendable, CustomTestStringConvertible {
     var testDescription: String { name }
 }
 
-let badRequests: [BadRequestCase] = [
+private let badRequests: [BadRequestCase] = [
     .init(name: "no target", wire: "GET\r\n\r\n", status: 400, code: "BAD_REQUEST"),
     .init(name: "missing version", wire: "GET /\r\n\r\n", status: 400, code: "BAD_REQUEST"),
     .init(name: "double space", wire: "GET  / HTTP/1.1\r\n\r\n", status: 400, code: "BAD_REQUEST"),
@@ -151,7 +151,7 @@ let badRequests: [BadRequestCase] = [
 func rejectsMalformedRequests(_ c: BadRequestCase) {
     let wire = bytes(c.wire)
     for cut in [0, 1, wire.count / 2, wire.count] {
-        switch parseRequest([Array(wire[..<cut]), Array(wire[cut...])]) {
+        switch parseRequestChunks([Array(wire[..<cut]), Array(wire[cut...])]) {
         case .success: Issue.record("accepted \(c.name)")
         case .failure(let e):
             #expect(e.status == c.status, "split at \(cut)")
@@ -161,7 +161,7 @@ func rejectsMalformedRequests(_ c: BadRequestCase) {
 }
 
 @Test func http10IsParseable() throws {
-    let head = try parseRequest([bytes("GET / HTTP/1.0\r\n\r\n")]).get().0
+    let head = try parseRequestChunks([bytes("GET / HTTP/1.0\r\n\r\n")]).get().0
     #expect(head.versionMajor == 1 && head.versionMinor == 0)
     #expect(head.headers.count == 0)
 }
@@ -171,14 +171,14 @@ func rejectsMalformedRequests(_ c: BadRequestCase) {
     // Request line: "GET " + target + " HTTP/1.1" = 13 + target.
     let ok = "GET /" + String(repeating: "a", count: 18) + " HTTP/1.1"
     #expect(ok.utf8.count == 32)
-    #expect((try? parseRequest([bytes(ok + "\r\n\r\n")], limits: limits).get()) != nil)
+    #expect((try? parseRequestChunks([bytes(ok + "\r\n\r\n")], limits: limits).get()) != nil)
     let long = "GET /" + String(repeating: "a", count: 19) + " HTTP/1.1"
-    guard case .failure(let e1) = parseRequest([bytes(long + "\r\n\r\n")], limits: limits) else { Issue.record("accepted"); return }
+    guard case .failure(let e1) = parseRequestChunks([bytes(long + "\r\n\r\n")], limits: limits) else { Issue.record("accepted"); return }
     #expect(e1.status == 414 && e1.code == "URI_TOO_LONG")
     // Header line exactly 32 bytes, then 33.
     let header32 = "X: " + String(repeating: "v", count: 29)
-    #expect((try? parseRequest([bytes("GET / HTTP/1.1\r\n" + header32 + "\r\n\r\n")], limits: limits).get()) != nil)
-    guard case .failure(let e2) = parseRequest([bytes("GET / HTTP/1.1\r\n" + header32 + "v\r\n\r\n")], limits: limits) else {
+    #expect((try? parseRequestChunks([bytes("GET / HTTP/1.1\r\n" + header32 + "\r\n\r\n")], limits: limits).get()) != nil)
+    guard case .failure(let e2) = parseRequestChunks([bytes("GET / HTTP/1.1\r\n" + header32 + "v\r\n\r\n")], limits: limits) else {
         Issue.record("accepted"); return
     }
     #expect(e2.status == 431 && e2.code == "HEADER_TOO_LARGE")
@@ -187,19 +187,19 @@ func rejectsMalformedRequests(_ c: BadRequestCase) {
 @Test func headerCountLimit() {
     let limits = HTTPParserLimits(maxLineLength: 100, maxHeaderCount: 3, maxHeadSize: 16 * 1024)
     let three = "GET / HTTP/1.1\r\nA: 1\r\nB: 2\r\nC: 3\r\n"
-    #expect((try? parseRequest([bytes(three + "\r\n")], limits: limits).get())?.0.headers.count == 3)
-    guard case .failure(let e) = parseRequest([bytes(three + "D: 4\r\n\r\n")], limits: limits) else { Issue.record("accepted"); return }
+    #expect((try? parseRequestChunks([bytes(three + "\r\n")], limits: limits).get())?.0.headers.count == 3)
+    guard case .failure(let e) = parseRequestChunks([bytes(three + "D: 4\r\n\r\n")], limits: limits) else { Issue.record("accepted"); return }
     #expect(e.status == 431 && e.code == "HEADER_TOO_LARGE")
 }
 
 @Test func headSizeLimit() {
     let wire = bytes(validUpgrade)
     let exact = HTTPParserLimits(maxLineLength: 1000, maxHeaderCount: 64, maxHeadSize: wire.count)
-    #expect((try? parseRequest([wire], limits: exact).get())?.1 == wire.count)
+    #expect((try? parseRequestChunks([wire], limits: exact).get())?.1 == wire.count)
     // Bytes after the head do not count against it.
-    #expect((try? parseRequest([wire + [0x81, 0x80]], limits: exact).get())?.1 == wire.count)
+    #expect((try? parseRequestChunks([wire + [0x81, 0x80]], limits: exact).get())?.1 == wire.count)
     let under = HTTPParserLimits(maxLineLength: 1000, maxHeaderCount: 64, maxHeadSize: wire.count - 1)
-    guard case .failure(let e) = parseRequest(wire.map { [$0] }, limits: under) else { Issue.record("accepted"); return }
+    guard case .failure(let e) = parseRequestChunks(wire.map { [$0] }, limits: under) else { Issue.record("accepted"); return }
     #expect(e.status == 431 && e.code == "HEADER_TOO_LARGE")
 }
 

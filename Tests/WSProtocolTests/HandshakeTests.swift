@@ -28,12 +28,12 @@ import Testing
     for bad in ["Zg=", "Z===", "Zh==", "Zm9=", "Zg==Zg==", "Zm 8", "Zm8*"] { #expect(Base64.decode(bad) == nil, "\(bad)") }
 }
 
-func head(_ lines: [String], method: String = "GET", version: String = "HTTP/1.1") throws -> HTTPRequestHead {
+private func head(_ lines: [String], method: String = "GET", version: String = "HTTP/1.1") throws -> HTTPRequestHead {
     let wire = "\(method) /ws \(version)\r\n" + lines.map { $0 + "\r\n" }.joined() + "\r\n"
-    return try parseRequest([Array(wire.utf8)]).get().0
+    return try parseRequestChunks([Array(wire.utf8)]).get().0
 }
 
-let goodLines = ["Host: hub.example", "Upgrade: websocket", "Connection: Upgrade", "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
+private let goodLines = ["Host: hub.example", "Upgrade: websocket", "Connection: Upgrade", "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
                  "Sec-WebSocket-Version: 13"]
 
 @Test func validUpgradeIsAccepted() throws {
@@ -61,11 +61,11 @@ struct UpgradeCase: Sendable, CustomTestStringConvertible {
     }
 }
 
-func replacing(_ name: String, with line: String?) -> [String] {
+private func replacing(_ name: String, with line: String?) -> [String] {
     goodLines.compactMap { $0.hasPrefix(name + ":") ? line : $0 }
 }
 
-let upgradeCases: [UpgradeCase] = [
+private let upgradeCases: [UpgradeCase] = [
     .init("POST", goodLines, method: "POST", 405, "METHOD_NOT_ALLOWED", header: ("Allow", "GET")),
     .init("HTTP/1.0", goodLines, version: "HTTP/1.0", 505, "VERSION_NOT_SUPPORTED"),
     .init("no Host", replacing("Host", with: nil), 400, "BAD_REQUEST"),
@@ -136,7 +136,7 @@ func invalidUpgradesAreRefused(_ c: UpgradeCase) throws {
 
 // MARK: - Client side
 
-func parseResponse(_ wire: [UInt8]) throws(HTTPError) -> (HTTPResponseHead, Int) {
+private func parseResponse(_ wire: [UInt8]) throws(HTTPError) -> (HTTPResponseHead, Int) {
     var parser = HTTPResponseParser()
     var consumed = 0
     for (i, byte) in wire.enumerated() {
@@ -155,7 +155,7 @@ func parseResponse(_ wire: [UInt8]) throws(HTTPError) -> (HTTPResponseHead, Int)
     let deflate = PerMessageDeflateConfiguration(clientMaxWindowBits: 12)
     let request = ClientHandshake.request(host: "hub:8080", path: "/ws?t=1", key: key, subprotocols: ["v2", "v1"],
                                           extraHeaders: [("Authorization", "Bearer x")], deflate: deflate)
-    let upgrade = try WebSocketHandshake.validateUpgrade(parseRequest([request]).get().0)
+    let upgrade = try WebSocketHandshake.validateUpgrade(parseRequestChunks([request]).get().0)
     #expect(upgrade.head.queryValue("t") == "1")
     #expect(upgrade.head.headers[first: "authorization"] == "Bearer x")
     let proto = WebSocketHandshake.selectSubprotocol(offered: upgrade.subprotocols, supported: ["v1", "v2"])
@@ -175,8 +175,8 @@ struct VerifyCase: Sendable, CustomTestStringConvertible {
     var testDescription: String { name }
 }
 
-let accept = "Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n"
-let verifyCases: [VerifyCase] = [
+private let accept = "Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n"
+private let verifyCases: [VerifyCase] = [
     .init(name: "status 200", wire: "HTTP/1.1 200 OK\r\n\r\n", error: .unexpectedStatus(200)),
     .init(name: "no Upgrade", wire: "HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\n" + accept + "\r\n", error: .missingUpgrade),
     .init(name: "no Connection", wire: "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n" + accept + "\r\n",
