@@ -1,0 +1,88 @@
+/// The header fields of an HTTP/1.1 message head, in wire order.
+///
+/// Names keep the spelling the peer sent; every lookup compares names ASCII case-insensitively
+/// (RFC 9110 section 5.1). Repeated fields are kept as separate entries.
+public struct HTTPHeaders: Sendable {
+    /// One header field as it appeared on the wire (value trimmed of surrounding whitespace).
+    public struct Entry: Sendable, Equatable {
+        public var name: String
+        public var value: String
+        public init(name: String, value: String) { self.name = name; self.value = value }
+    }
+
+    public private(set) var entries: [Entry]
+
+    public init() { entries = [] }
+    public init(_ pairs: [(String, String)]) { entries = pairs.map { Entry(name: $0.0, value: $0.1) } }
+
+    public var count: Int { entries.count }
+
+    public mutating func add(name: String, value: String) { entries.append(Entry(name: name, value: value)) }
+
+    /// The value of the first field called `name`, if any.
+    public subscript(first name: String) -> String? {
+        for entry in entries where HTTPHeaders.equalsIgnoringCase(entry.name, name) { return entry.value }
+        return nil
+    }
+
+    /// Every value of the fields called `name`, in wire order.
+    public func values(_ name: String) -> [String] {
+        entries.lazy.filter { HTTPHeaders.equalsIgnoringCase($0.name, name) }.map(\.value)
+    }
+
+    /// The comma-separated list elements of every field called `name` (RFC 9110 section 5.6.1):
+    /// trimmed, lowercased, empty elements skipped. Not for values that may contain quoted strings.
+    public func tokens(_ name: String) -> [String] {
+        rawTokens(name).map { $0.lowercased() }
+    }
+
+    /// Like ``tokens(_:)`` but keeps the case (subprotocol names are case-sensitive).
+    func rawTokens(_ name: String) -> [String] {
+        var result: [String] = []
+        for value in values(name) {
+            for element in value.utf8.split(separator: UInt8(ascii: ","), omittingEmptySubsequences: true) {
+                let trimmed = HTTPHeaders.trimOWS(element)
+                if !trimmed.isEmpty { result.append(String(decoding: trimmed, as: UTF8.self)) }
+            }
+        }
+        return result
+    }
+
+    static func trimOWS(_ bytes: Substring.UTF8View.SubSequence) -> Substring.UTF8View.SubSequence {
+        var slice = bytes
+        while let f = slice.first, f == 0x20 || f == 0x09 { slice = slice.dropFirst() }
+        while let l = slice.last, l == 0x20 || l == 0x09 { slice = slice.dropLast() }
+        return slice
+    }
+
+    /// ASCII case-insensitive comparison (header names are ASCII tokens).
+    static func equalsIgnoringCase(_ a: String, _ b: String) -> Bool {
+        var ia = a.utf8.makeIterator(), ib = b.utf8.makeIterator()
+        while true {
+            switch (ia.next(), ib.next()) {
+            case (nil, nil): return true
+            case (let x?, let y?):
+                if x != y && lowerASCII(x) != lowerASCII(y) { return false }
+            default: return false
+            }
+        }
+    }
+
+    @inline(__always) static func lowerASCII(_ b: UInt8) -> UInt8 { (b >= 0x41 && b <= 0x5A) ? b | 0x20 : b }
+
+    /// RFC 9110 `tchar`.
+    @inline(__always) static func isTokenChar(_ b: UInt8) -> Bool {
+        switch b {
+        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"):
+            return true
+        case UInt8(ascii: "!"), UInt8(ascii: "#"), UInt8(ascii: "$"), UInt8(ascii: "%"), UInt8(ascii: "&"), UInt8(ascii: "'"),
+             UInt8(ascii: "*"), UInt8(ascii: "+"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "^"), UInt8(ascii: "_"),
+             UInt8(ascii: "`"), UInt8(ascii: "|"), UInt8(ascii: "~"):
+            return true
+        default:
+            return false
+        }
+    }
+
+    static func isToken(_ s: String) -> Bool { !s.isEmpty && s.utf8.allSatisfy(isTokenChar) }
+}

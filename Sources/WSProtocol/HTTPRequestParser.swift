@@ -1,0 +1,263 @@
+/// Limits applied while reading an HTTP/1.1 message head. Going over any of them is an error,
+/// never an unbounded buffer.
+public struct HTTPParserLimits: Sendable {
+    /// Longest start line or header line, excluding its CRLF. Over it: 414 (request line) or 431 (header line).
+    public var maxLineLength: Int
+    /// Most header fields. Over it: 431.
+    public var maxHeaderCount: Int
+    /// Most bytes in the whole head, start line through the blank line's CRLF. Over it: 431.
+    public var maxHeadSize: Int
+
+    public init(maxLineLength: Int = 8 * 1024, maxHeaderCount: Int = 64, maxHeadSize: Int = 16 * 1024) {
+        self.maxLineLength = maxLineLength
+        self.maxHeaderCount = maxHeaderCount
+        self.maxHeadSize = maxHeadSize
+    }
+}
+
+/// What one call to an incremental head parser produced.
+public enum HTTPParseResult<Head> {
+    /// Every byte given was consumed and remembered; call again with more.
+    case needMoreData
+    /// The head is complete. Exactly `consumed` bytes of the latest input belong to it; anything after
+    /// (a client may pipeline WebSocket frames behind its request) is still the caller's.
+    case complete(Head, consumed: Int)
+}
+
+extension HTTPParseResult: Sendable where Head: Sendable {}
+
+/// A parsed HTTP/1.x request head.
+public struct HTTPRequestHead: Sendable {
+    public var method: String
+    /// The request-target as sent (origin-form usually: `/path?query`).
+    public var target: String
+    /// `target` before the first `?`.
+    public var path: String
+    /// `target` after the first `?`, or nil when there is no `?`.
+    public var query: String?
+    public var versionMajor: Int
+    public var versionMinor: Int
+    public var headers: HTTPHeaders
+
+    public init(method: String, target: String, versionMajor: Int = 1, versionMinor: Int = 1, headers: HTTPHeaders) {
+        self.method = method
+        self.target = target
+        if let q = target.firstIndex(of: "?") {
+            path = String(target[..<q])
+            query = String(target[target.index(after: q)...])
+        } else {
+            path = target
+            query = nil
+        }
+        self.versionMajor = versionMajor
+        self.versionMinor = versionMinor
+        self.headers = headers
+    }
+
+    /// The first value of query parameter `name` (`application/x-www-form-urlencoded` rules:
+    /// `+` is a space, `%XX` is decoded; a malformed escape is kept literally). Nil when absent.
+    public func queryValue(_ name: String) -> String? {
+        guard let query else { return nil }
+        for pair in query.utf8.split(separator: UInt8(ascii: "&"), omittingEmptySubsequences: true) {
+            let (rawKey, rawValue): (Substring.UTF8View, Substring.UTF8View)
+            if let eq = pair.firstIndex(of: UInt8(ascii: "=")) {
+                rawKey = pair[..<eq]
+                rawValue = pair[pair.index(after: eq)...]
+            } else {
+                rawKey = pair
+                rawValue = pair[pair.endIndex...]
+            }
+            if Self.formDecode(rawKey) == name { return Self.formDecode(rawValue) }
+        }
+        return nil
+    }
+
+    static func formDecode(_ bytes: Substring.UTF8View) -> String {
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count)
+        var i = bytes.startIndex
+        while i != bytes.endIndex {
+            let b = bytes[i]
+            if b == UInt8(ascii: "+") {
+                out.append(0x20)
+            } else if b == UInt8(ascii: "%"),
+                      let h1 = bytes.index(i, offsetBy: 1, limitedBy: bytes.endIndex), h1 != bytes.endIndex,
+                      let h2 = bytes.index(i, offsetBy: 2, limitedBy: bytes.endIndex), h2 != bytes.endIndex,
+                      let hi = hexValue(bytes[h1]), let lo = hexValue(bytes[h2]) {
+                out.append(hi << 4 | lo)
+                i = h2
+            } else {
+                out.append(b)
+            }
+            i = bytes.index(after: i)
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    @inline(__always) static func hexValue(_ b: UInt8) -> UInt8? {
+        switch b {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): return b - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): return b - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): return b - UInt8(ascii: "A") + 10
+        default: return nil
+        }
+    }
+}
+
+/// Incremental HTTP/1.x request-head parser.
+///
+/// Each byte is looked at exactly once, whatever the chunking (no rescanning), and only the current
+/// line is buffered. Lines must end in CRLF: a bare LF or a bare CR is rejected with 400. RFC 9112
+/// section 2.2 lets a recipient accept bare LF; we do not, because a WebSocket client always sends
+/// CRLF and a lenient reading is what request smuggling feeds on.
+///
+/// After `.complete` the parser is back in its initial state and may be reused. After a throw it must
+/// be discarded: the caller answers with ``HTTPError/response()`` and closes the connection.
+public struct HTTPRequestParser: Sendable {
+    public let limits: HTTPParserLimits
+    private var scanner: HeadScanner
+    private var method = ""
+    private var target = ""
+    private var major = 1
+    private var minor = 1
+
+    public init(limits: HTTPParserLimits = HTTPParserLimits()) {
+        self.limits = limits
+        scanner = HeadScanner(limits: limits, startLineTooLong: .uriTooLong("request line too long"), isResponse: false)
+    }
+
+    public mutating func parse(_ bytes: UnsafeRawBufferPointer) throws(HTTPError) -> HTTPParseResult<HTTPRequestHead> {
+        var parsedStart: (String, String, Int, Int)? = nil
+        let consumed = try scanner.feed(bytes) { (line: [UInt8]) throws(HTTPError) in
+            parsedStart = try HTTPRequestParser.parseRequestLine(line)
+        }
+        if let (m, t, ma, mi) = parsedStart { method = m; target = t; major = ma; minor = mi }
+        guard let consumed else { return .needMoreData }
+        let head = HTTPRequestHead(method: method, target: target, versionMajor: major, versionMinor: minor,
+                                   headers: scanner.takeHeaders())
+        return .complete(head, consumed: consumed)
+    }
+
+    /// Convenience for `[UInt8]` input; same contract as ``parse(_:)-(UnsafeRawBufferPointer)``.
+    public mutating func parse(_ bytes: [UInt8]) throws(HTTPError) -> HTTPParseResult<HTTPRequestHead> {
+        try bytes.withUnsafeBytes { raw in Result { () throws(HTTPError) in try self.parse(raw) } }.get()
+    }
+
+    /// `method SP request-target SP HTTP-version` (RFC 9112 section 3).
+    static func parseRequestLine(_ line: [UInt8]) throws(HTTPError) -> (String, String, Int, Int) {
+        guard let sp1 = line.firstIndex(of: 0x20) else { throw .badRequest("malformed request line") }
+        guard let sp2 = line[(sp1 + 1)...].firstIndex(of: 0x20) else { throw .badRequest("malformed request line") }
+        let method = line[..<sp1], target = line[(sp1 + 1)..<sp2], version = line[(sp2 + 1)...]
+        guard !method.isEmpty, method.allSatisfy(HTTPHeaders.isTokenChar) else { throw .badRequest("invalid method") }
+        guard !target.isEmpty, target.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
+            throw .badRequest("invalid request target")
+        }
+        let (major, minor) = try parseVersion(version, error: .badRequest("malformed HTTP version"))
+        guard major == 1 else { throw .versionNotSupported("HTTP/\(major).\(minor) is not supported") }
+        return (String(decoding: method, as: UTF8.self), String(decoding: target, as: UTF8.self), major, minor)
+    }
+
+    /// `HTTP/D.D`, exactly.
+    static func parseVersion(_ v: ArraySlice<UInt8>, error: HTTPError) throws(HTTPError) -> (Int, Int) {
+        guard v.count == 8, v.starts(with: "HTTP/".utf8) else { throw error }
+        let d1 = v[v.startIndex + 5], dot = v[v.startIndex + 6], d2 = v[v.startIndex + 7]
+        guard (0x30...0x39) ~= d1, dot == UInt8(ascii: "."), (0x30...0x39) ~= d2 else { throw error }
+        return (Int(d1 - 0x30), Int(d2 - 0x30))
+    }
+}
+
+/// The part shared by the request and response parsers: splits CRLF lines one byte at a time,
+/// enforces the limits, and parses header lines as they complete.
+struct HeadScanner: Sendable {
+    let limits: HTTPParserLimits
+    let startLineTooLong: HTTPError
+    /// Malformed lines are 400 for a request, 502 for a response.
+    let isResponse: Bool
+    private var line: [UInt8] = []
+    private var sawCR = false
+    private var sawStartLine = false
+    private var headSize = 0
+    private var headers = HTTPHeaders()
+
+    init(limits: HTTPParserLimits, startLineTooLong: HTTPError, isResponse: Bool) {
+        self.limits = limits
+        self.startLineTooLong = startLineTooLong
+        self.isResponse = isResponse
+    }
+
+    private func badLine(_ message: String) -> HTTPError { isResponse ? .badResponse(message) : .badRequest(message) }
+
+    /// Feeds bytes; returns how many of them complete the head, or nil if all were consumed and more are needed.
+    mutating func feed(_ bytes: UnsafeRawBufferPointer,
+                       startLine: ([UInt8]) throws(HTTPError) -> Void) throws(HTTPError) -> Int? {
+        var i = 0
+        let count = bytes.count
+        while i < count {
+            let b = bytes[i]
+            i += 1
+            headSize += 1
+            if headSize > limits.maxHeadSize { throw .headerTooLarge("message head larger than \(limits.maxHeadSize) bytes") }
+            if sawCR {
+                guard b == 0x0A else { throw badLine("bare CR in message head") }
+                sawCR = false
+                if try endLine(startLine: startLine) {
+                    reset()
+                    return i
+                }
+                continue
+            }
+            switch b {
+            case 0x0D:
+                sawCR = true
+            case 0x0A:
+                throw badLine("bare LF in message head (lines must end in CRLF)")
+            default:
+                if line.count >= limits.maxLineLength {
+                    throw sawStartLine ? .headerTooLarge("header line longer than \(limits.maxLineLength) bytes") : startLineTooLong
+                }
+                line.append(b)
+            }
+        }
+        return nil
+    }
+
+    /// Returns true when the blank line ending the head was seen.
+    private mutating func endLine(startLine: ([UInt8]) throws(HTTPError) -> Void) throws(HTTPError) -> Bool {
+        defer { line.removeAll(keepingCapacity: true) }
+        if !sawStartLine {
+            guard !line.isEmpty else { throw badLine("empty start line") }
+            try startLine(line)
+            sawStartLine = true
+            return false
+        }
+        if line.isEmpty { return true }
+        guard headers.count < limits.maxHeaderCount else { throw .headerTooLarge("more than \(limits.maxHeaderCount) header fields") }
+        if line[0] == 0x20 || line[0] == 0x09 { throw badLine("obsolete line folding in header") }
+        guard let colon = line.firstIndex(of: UInt8(ascii: ":")) else { throw badLine("header line without colon") }
+        let name = line[..<colon]
+        guard !name.isEmpty else { throw badLine("empty header name") }
+        guard name.allSatisfy(HTTPHeaders.isTokenChar) else { throw badLine("invalid character in header name") }
+        var start = colon + 1, end = line.count
+        while start < end, line[start] == 0x20 || line[start] == 0x09 { start += 1 }
+        while end > start, line[end - 1] == 0x20 || line[end - 1] == 0x09 { end -= 1 }
+        let value = line[start..<end]
+        // field-value: VCHAR, SP, HTAB and obs-text; no NUL, no other control characters, no DEL.
+        guard value.allSatisfy({ $0 >= 0x20 && $0 != 0x7F || $0 == 0x09 }) else {
+            throw badLine("control character in header value")
+        }
+        headers.add(name: String(decoding: name, as: UTF8.self), value: String(decoding: value, as: UTF8.self))
+        return false
+    }
+
+    mutating func takeHeaders() -> HTTPHeaders {
+        defer { headers = HTTPHeaders() }
+        return headers
+    }
+
+    private mutating func reset() {
+        line.removeAll(keepingCapacity: false)
+        sawCR = false
+        sawStartLine = false
+        headSize = 0
+    }
+}

@@ -1,0 +1,17 @@
+import COpenSSL
+
+/// SHA-1 from libcrypto (EVP one-shot API; the low-level `SHA1()` is deprecated in OpenSSL 3).
+/// Used only for `Sec-WebSocket-Accept`, where SHA-1 is what RFC 6455 prescribes.
+enum SHA1 {
+    static func hash(_ bytes: [UInt8]) -> [UInt8] {
+        var digest = [UInt8](repeating: 0, count: 20)
+        var length: UInt32 = 0
+        let ok = bytes.withUnsafeBytes { input in
+            digest.withUnsafeMutableBufferPointer { out in
+                EVP_Digest(input.baseAddress, input.count, out.baseAddress, &length, EVP_sha1(), nil)
+            }
+        }
+        precondition(ok == 1 && length == 20, "libcrypto SHA-1 failed")
+        return digest
+    }
+}

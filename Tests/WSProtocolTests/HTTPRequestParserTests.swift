@@ -1,0 +1,215 @@
+import Testing
+@testable import WSProtocol
+
+/// Feeds `chunks` one after another; returns the head and the total bytes consumed (across chunks).
+func parseRequestChunks(_ chunks: [[UInt8]], limits: HTTPParserLimits = HTTPParserLimits()) -> Result<(HTTPRequestHead, Int), HTTPError> {
+    var parser = HTTPRequestParser(limits: limits)
+    var before = 0
+    for chunk in chunks {
+        do throws(HTTPError) {
+            let result = try parser.parse(chunk)
+            if case .complete(let head, let consumed) = result {
+                #expect(consumed >= 0 && consumed <= chunk.count)
+                return .success((head, before + consumed))
+            }
+        } catch {
+            return .failure(error)
+        }
+        before += chunk.count
+    }
+    return .failure(HTTPError(status: 0, code: "INCOMPLETE", message: "ran out of input"))
+}
+
+private func bytes(_ s: String) -> [UInt8] { Array(s.utf8) }
+
+private let validUpgrade = "GET /chat?room=a%20b&x=1+2 HTTP/1.1\r\nHost: server.example.com\r\nUpgrade: websocket\r\n" +
+    "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nOrigin: http://example.com\r\n" +
+    "Sec-WebSocket-Protocol: chat, superchat\r\nSec-WebSocket-Version: 13\r\n\r\n"
+
+@Test func parsesValidUpgradeRequest() throws {
+    let (head, consumed) = try parseRequestChunks([bytes(validUpgrade)]).get()
+    #expect(consumed == validUpgrade.utf8.count)
+    #expect(head.method == "GET")
+    #expect(head.target == "/chat?room=a%20b&x=1+2")
+    #expect(head.path == "/chat")
+    #expect(head.query == "room=a%20b&x=1+2")
+    #expect(head.versionMajor == 1 && head.versionMinor == 1)
+    #expect(head.headers.count == 7)
+    #expect(head.headers[first: "host"] == "server.example.com")
+    #expect(head.headers[first: "SEC-WEBSOCKET-KEY"] == "dGhlIHNhbXBsZSBub25jZQ==")
+    #expect(head.headers.tokens("sec-websocket-protocol") == ["chat", "superchat"])
+    #expect(head.queryValue("room") == "a b")
+    #expect(head.queryValue("x") == "1 2")
+    #expect(head.queryValue("missing") == nil)
+}
+
+@Test func queryValueDecoding() {
+    let head = HTTPRequestHead(method: "GET", target: "/p?a=%41%zz&b&c=&a=second&%6Bey=v", headers: HTTPHeaders())
+    #expect(head.queryValue("a") == "A%zz")
+    #expect(head.queryValue("b") == "")
+    #expect(head.queryValue("c") == "")
+    #expect(head.queryValue("key") == "v")
+    #expect(HTTPRequestHead(method: "GET", target: "/p", headers: HTTPHeaders()).query == nil)
+    #expect(HTTPRequestHead(method: "GET", target: "/p?", headers: HTTPHeaders()).query == "")
+}
+
+@Test func oneByteAtATimeAndEverySplitGiveTheSameHead() throws {
+    let wire = bytes(validUpgrade)
+    let whole = try parseRequestChunks([wire]).get().0
+    let (single, consumed1) = try parseRequestChunks(wire.map { [$0] }).get()
+    #expect(consumed1 == wire.count)
+    #expect(single.headers.entries == whole.headers.entries && single.target == whole.target)
+    for cut in 0...wire.count {
+        let (head, consumed) = try parseRequestChunks([Array(wire[..<cut]), Array(wire[cut...])]).get()
+        #expect(consumed == wire.count, "split at \(cut)")
+        #expect(head.headers.entries == whole.headers.entries, "split at \(cut)")
+        #expect(head.method == "GET" && head.path == "/chat", "split at \(cut)")
+    }
+}
+
+@Test func bytesAfterTheHeadAreNotConsumed() throws {
+    let frame: [UInt8] = [0x81, 0x85, 0x37, 0xfa, 0x21, 0x3d, 0x7f, 0x9f, 0x4d, 0x51, 0x58]
+    let wire = bytes(validUpgrade) + frame
+    for cut in 0...wire.count {
+        var parser = HTTPRequestParser()
+        var total = 0
+        var done = false
+        for chunk in [Array(wire[..<cut]), Array(wire[cut...])] where !done {
+            let r = try parser.parse(chunk)
+            switch r {
+            case .needMoreData: total += chunk.count
+            case .complete(_, let consumed):
+                total += consumed
+                #expect(wire[total...].starts(with: chunk[consumed...]), "split at \(cut)")
+                done = true
+            }
+        }
+        #expect(done && total == wire.count - frame.count, "split at \(cut)")
+    }
+}
+
+@Test func parserIsReusableAfterCompletion() throws {
+    var parser = HTTPRequestParser()
+    let two = bytes("GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.0\r\nHost: y\r\n\r\n")
+    var heads: [HTTPRequestHead] = []
+    var offset = 0
+    while offset < two.count {
+        let slice = Array(two[offset...])
+        let r = try parser.parse(slice)
+        guard case .complete(let head, let consumed) = r else { Issue.record("incomplete"); return }
+        heads.append(head)
+        offset += consumed
+    }
+    #expect(heads.map(\.path) == ["/a", "/b"])
+    #expect(heads.map(\.versionMinor) == [1, 0])
+    #expect(heads[1].headers[first: "Host"] == "y")
+}
+
+@Test func repeatedHeadersAndCaseInsensitiveNames() throws {
+    let raw = "GET / HTTP/1.1\r\nHost: h\r\nX-A: 1\r\nx-a:2, ,3 \r\nX-A:\r\nconnection: keep-alive, UPGRADE\r\nX-Tab:\ta\tb\t\r\n\r\n"
+    let head = try parseRequestChunks([bytes(raw)]).get().0
+    #expect(head.headers.values("x-A") == ["1", "2, ,3", ""])
+    #expect(head.headers[first: "X-a"] == "1")
+    #expect(head.headers.tokens("X-A") == ["1", "2", "3"])
+    #expect(head.headers.tokens("Connection") == ["keep-alive", "upgrade"])
+    #expect(head.headers[first: "x-tab"] == "a\tb")
+    #expect(head.headers.entries.map(\.name) == ["Host", "X-A", "x-a", "X-A", "connection", "X-Tab"])
+}
+
+struct BadRequestCase: Sendable, CustomTestStringConvertible {
+    let name: String, wire: String, status: Int, code: String
+    var testDescription: String { name }
+}
+
+private let badRequests: [BadRequestCase] = [
+    .init(name: "no target", wire: "GET\r\n\r\n", status: 400, code: "BAD_REQUEST"),
+    .init(name: "missing version", wire: "GET /\r\n\r\n", status: 400, code: "BAD_REQUEST"),
+    .init(name: "double space", wire: "GET  / HTTP/1.1\r\n\r\n", status: 400, code: "BAD_REQUEST"),
+    .init(name: "trailing space", wire: "GET / HTTP/1.1 \r\n\r\n", status: 400, code: "BAD_REQUEST"),
+    .init(name: "lowercase http", wire: "GET / http/1.1\r\n\r\n", status: 400, code: "BAD_REQUEST"),
+    .init(name: "two-digit minor", wire: "GET / HTTP/1.10\r\n\r\n", status: 400, code: "BAD_REQUEST"),
+    .init(name: "invalid method char", wire: "G(T / HTTP/1.1\r\n\r\n", status: 400, code: "BAD_REQUEST"),
+    .init(name: "control char in target", wire: "GET /\u{01} HTTP/1.1\r\n\r\n", status: 400, code: "BAD_REQUEST"),
+    .init(name: "HTTP/2.0", wire: "GET / HTTP/2.0\r\n\r\n", status: 505, code: "VERSION_NOT_SUPPORTED"),
+    .init(name: "HTTP/0.9", wire: "GET / HTTP/0.9\r\n\r\n", status: 505, code: "VERSION_NOT_SUPPORTED"),
+    .init(name: "empty line before request line", wire: "\r\nGET / HTTP/1.1\r\n\r\n", status: 400, code: "BAD_REQUEST"),
+    .init(name: "bare LF", wire: "GET / HTTP/1.1\nHost: a\n\n", status: 400, code: "BAD_REQUEST"),
+    .init(name: "bare LF in headers", wire: "GET / HTTP/1.1\r\nHost: a\n\r\n", status: 400, code: "BAD_REQUEST"),
+    .init(name: "bare CR", wire: "GET / HTTP/1.1\rHost: a\r\n\r\n", status: 400, code: "BAD_REQUEST"),
+    .init(name: "obs-fold", wire: "GET / HTTP/1.1\r\nX: a\r\n b\r\n\r\n", status: 400, code: "BAD_REQUEST"),
+    .init(name: "tab fold", wire: "GET / HTTP/1.1\r\nX: a\r\n\tb\r\n\r\n", status: 400, code: "BAD_REQUEST"),
+    .init(name: "space before colon", wire: "GET / HTTP/1.1\r\nHost : a\r\n\r\n", status: 400, code: "BAD_REQUEST"),
+    .init(name: "invalid name char", wire: "GET / HTTP/1.1\r\nHo(st: a\r\n\r\n", status: 400, code: "BAD_REQUEST"),
+    .init(name: "empty name", wire: "GET / HTTP/1.1\r\n: a\r\n\r\n", status: 400, code: "BAD_REQUEST"),
+    .init(name: "no colon", wire: "GET / HTTP/1.1\r\nHost a\r\n\r\n", status: 400, code: "BAD_REQUEST"),
+    .init(name: "NUL in value", wire: "GET / HTTP/1.1\r\nX: a\u{0}b\r\n\r\n", status: 400, code: "BAD_REQUEST"),
+    .init(name: "control in value", wire: "GET / HTTP/1.1\r\nX: a\u{1B}b\r\n\r\n", status: 400, code: "BAD_REQUEST"),
+    .init(name: "DEL in value", wire: "GET / HTTP/1.1\r\nX: a\u{7F}\r\n\r\n", status: 400, code: "BAD_REQUEST"),
+]
+
+@Test(arguments: badRequests)
+func rejectsMalformedRequests(_ c: BadRequestCase) {
+    let wire = bytes(c.wire)
+    for cut in [0, 1, wire.count / 2, wire.count] {
+        switch parseRequestChunks([Array(wire[..<cut]), Array(wire[cut...])]) {
+        case .success: Issue.record("accepted \(c.name)")
+        case .failure(let e):
+            #expect(e.status == c.status, "split at \(cut)")
+            #expect(e.code == c.code, "split at \(cut)")
+        }
+    }
+}
+
+@Test func http10IsParseable() throws {
+    let head = try parseRequestChunks([bytes("GET / HTTP/1.0\r\n\r\n")]).get().0
+    #expect(head.versionMajor == 1 && head.versionMinor == 0)
+    #expect(head.headers.count == 0)
+}
+
+@Test func lineLengthLimits() {
+    let limits = HTTPParserLimits(maxLineLength: 32, maxHeaderCount: 64, maxHeadSize: 16 * 1024)
+    // Request line: "GET " + target + " HTTP/1.1" = 13 + target.
+    let ok = "GET /" + String(repeating: "a", count: 18) + " HTTP/1.1"
+    #expect(ok.utf8.count == 32)
+    #expect((try? parseRequestChunks([bytes(ok + "\r\n\r\n")], limits: limits).get()) != nil)
+    let long = "GET /" + String(repeating: "a", count: 19) + " HTTP/1.1"
+    guard case .failure(let e1) = parseRequestChunks([bytes(long + "\r\n\r\n")], limits: limits) else { Issue.record("accepted"); return }
+    #expect(e1.status == 414 && e1.code == "URI_TOO_LONG")
+    // Header line exactly 32 bytes, then 33.
+    let header32 = "X: " + String(repeating: "v", count: 29)
+    #expect((try? parseRequestChunks([bytes("GET / HTTP/1.1\r\n" + header32 + "\r\n\r\n")], limits: limits).get()) != nil)
+    guard case .failure(let e2) = parseRequestChunks([bytes("GET / HTTP/1.1\r\n" + header32 + "v\r\n\r\n")], limits: limits) else {
+        Issue.record("accepted"); return
+    }
+    #expect(e2.status == 431 && e2.code == "HEADER_TOO_LARGE")
+}
+
+@Test func headerCountLimit() {
+    let limits = HTTPParserLimits(maxLineLength: 100, maxHeaderCount: 3, maxHeadSize: 16 * 1024)
+    let three = "GET / HTTP/1.1\r\nA: 1\r\nB: 2\r\nC: 3\r\n"
+    #expect((try? parseRequestChunks([bytes(three + "\r\n")], limits: limits).get())?.0.headers.count == 3)
+    guard case .failure(let e) = parseRequestChunks([bytes(three + "D: 4\r\n\r\n")], limits: limits) else { Issue.record("accepted"); return }
+    #expect(e.status == 431 && e.code == "HEADER_TOO_LARGE")
+}
+
+@Test func headSizeLimit() {
+    let wire = bytes(validUpgrade)
+    let exact = HTTPParserLimits(maxLineLength: 1000, maxHeaderCount: 64, maxHeadSize: wire.count)
+    #expect((try? parseRequestChunks([wire], limits: exact).get())?.1 == wire.count)
+    // Bytes after the head do not count against it.
+    #expect((try? parseRequestChunks([wire + [0x81, 0x80]], limits: exact).get())?.1 == wire.count)
+    let under = HTTPParserLimits(maxLineLength: 1000, maxHeaderCount: 64, maxHeadSize: wire.count - 1)
+    guard case .failure(let e) = parseRequestChunks(wire.map { [$0] }, limits: under) else { Issue.record("accepted"); return }
+    #expect(e.status == 431 && e.code == "HEADER_TOO_LARGE")
+}
+
+@Test func endlessHeaderIsRejectedWithoutUnboundedBuffering() {
+    var parser = HTTPRequestParser()
+    let chunk = [UInt8](repeating: UInt8(ascii: "a"), count: 1024)
+    var error: HTTPError?
+    _ = try? parser.parse(bytes("GET / HTTP/1.1\r\nX: "))
+    for _ in 0..<20 where error == nil {
+        do throws(HTTPError) { _ = try parser.parse(chunk) } catch let e { error = e }
+    }
+    #expect(error?.status == 431)
+}
