@@ -10,8 +10,8 @@ func runDeflateBenchmarks() {
         for takeover in [true, false] {
             let r = benchmarkDeflate(messageSize: size, takeover: takeover)
             let label = size >= 1024 * 64 ? "64 KiB" : "1 KiB"
-            print("\(pad(label, 10))\(pad(takeover ? "yes" : "no", 10))\(pad(format(r.ratio, 3), 8))"
-                + "\(pad(format(r.compressMBps, 1), 15))\(format(r.decompressMBps, 1))")
+            print("\(deflatePad(label, 10))\(deflatePad(takeover ? "yes" : "no", 10))\(deflatePad(format(r.ratio, 3), 8))"
+                + "\(deflatePad(format(r.compressMBps, 1), 15))\(format(r.decompressMBps, 1))")
         }
     }
 }
@@ -96,6 +96,6 @@ private func format(_ x: Double, _ decimals: Int) -> String {
     return "\(scaled / scale)." + String(repeating: "0", count: decimals - frac.count) + frac
 }
 
-private func pad(_ s: String, _ width: Int) -> String {
+private func deflatePad(_ s: String, _ width: Int) -> String {
     s.count >= width ? s + " " : s + String(repeating: " ", count: width - s.count)
 }

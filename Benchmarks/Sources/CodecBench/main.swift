@@ -148,4 +148,7 @@ for size in [1 << 10, 64 << 10, 1 << 20] {
     report("applyMask \(size >> 10) KiB (unaligned)", gbps(bytes: size, ns: ns), gbps(bytes: size, ns: lastCPU), size >= 65536 ? ">= 2 GB/s" : "")
 }
 
+// 5. permessage-deflate (DeflateBench.swift).
+runDeflateBenchmarks()
+
 print("(checksum \(sink & 0xFFFF))")
