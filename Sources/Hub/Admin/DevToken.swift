@@ -8,7 +8,7 @@ public enum DevToken {
     /// `exp = now + ttl` (Unix seconds).
     public static func mint(account: String, ttl: Int, secret: [UInt8], now: Int) -> String {
         let header = #"{"alg":"HS256","typ":"JWT"}"#
-        let claims = #"{"sub":"# + jsonString(account) + #","iat":\#(now),"exp":\#(now + ttl)}"#
+        let claims = #"{"sub":"# + AdminClient.jsonString(account) + #","iat":\#(now),"exp":\#(now + ttl)}"#
         let signingInput = base64URL(Array(header.utf8)) + "." + base64URL(Array(claims.utf8))
         let signature = hmacSHA256(key: secret, message: Array(signingInput.utf8))
         return signingInput + "." + base64URL(signature)
@@ -58,26 +58,5 @@ public enum DevToken {
         var text = Data(bytes).base64EncodedString()
         while text.hasSuffix("=") { text.removeLast() }
         return text.replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-    }
-
-    static func jsonString(_ text: String) -> String {
-        var out = "\""
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            default:
-                if scalar.value < 0x20 {
-                    let hex = String(scalar.value, radix: 16)
-                    out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-                } else {
-                    out.unicodeScalars.append(scalar)
-                }
-            }
-        }
-        return out + "\""
     }
 }
