@@ -22,11 +22,11 @@ enum TailCommand {
         var request = RequestLine(op: "tail")
         request.add("channel", string: context.args.positionals[0])
         request.add("account", string: context.value("account"))
-        let session = try context.connect()
-        _ = try session.call(request.text, context: context)
         // Ctrl-C ends a tail normally: every printed line has been flushed already.
         signal(SIGINT) { _ in _exit(0) }
         signal(SIGPIPE, SIG_DFL)
+        let session = try context.connect()
+        _ = try session.call(request.text, context: context)
         session.client.readTimeout = nil
         let style = context.style
         while true {

@@ -5,6 +5,12 @@ import Hub
 
 /// Runs hubctl with `arguments` (without the program name) and returns the exit code.
 func runHubctl(_ arguments: [String]) -> Int32 {
+    // A parent (a test runner, a supervisor) may hand us a blocked signal mask; Ctrl-C and SIGTERM must work.
+    var unblock = sigset_t()
+    sigemptyset(&unblock)
+    sigaddset(&unblock, SIGINT)
+    sigaddset(&unblock, SIGTERM)
+    sigprocmask(SIG_UNBLOCK, &unblock, nil)
     signal(SIGPIPE, SIG_IGN)
     let parsed: ParsedArguments
     do {
