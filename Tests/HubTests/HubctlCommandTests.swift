@@ -225,8 +225,8 @@ import Testing
         let channels = try #require(run.lines.firstIndex(of: "busiest channels"))
         #expect(run.lines[channels + 2].hasPrefix("  wallet_updates"), "busiest (0.5/s) first")
         let connections = try #require(run.lines.firstIndex(of: "busiest connections"))
-        #expect(run.lines[connections + 1].== "  ID    ACCOUNT   QUEUED    OUT  IN  SINCE  PLATFORM"))
-        #expect(run.lines[connections + 2].== "  1-3   acc_22   2.0 KiB  12.0k   1    30s  Android"), "most queued bytes first")
+        #expect(run.lines[connections + 1] == "  ID    ACCOUNT   QUEUED    OUT  IN  SINCE  PLATFORM")
+        #expect(run.lines[connections + 2] == "  1-3   acc_22   2.0 KiB  12.0k   1    30s  Android", "most queued bytes first")
         #expect(hub.requests.map { $0["op"] as? String } == ["stats", "channels", "connections"])
 
         let json = try HubctlRun.run(["top", "--once", "--json"], socket: hub.path)
