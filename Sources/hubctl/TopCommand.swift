@@ -51,8 +51,8 @@ enum TopCommand {
                 }
                 throw error
             }
-            var screen = "\u{1B}[H\u{1B}[2J" + frame.joined(separator: "\r\n")
-            screen += "\r\n" + context.style.dim("q or Ctrl-C to quit")
+            var screen = "\u{1B}[H\u{1B}[2J" + frame.joined(separator: "\n")
+            screen += "\n" + context.style.dim("q or Ctrl-C to quit")
             print(screen, terminator: "")
             flushOutput()
             if waitForQuit(milliseconds: 1000) {
