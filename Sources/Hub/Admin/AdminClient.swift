@@ -52,6 +52,7 @@ public final class AdminClient {
     private var buffer: [UInt8] = []
     private var start = 0  // consumed prefix of `buffer`
     private var eof = false
+    private var chunk = [UInt8](repeating: 0, count: 65536)
 
     public init(socketPath: String, readTimeout: Double? = 10) throws(AdminClientError) {
         self.socketPath = socketPath
@@ -178,7 +179,6 @@ public final class AdminClient {
                 if ready < 0 && errno != EINTR { throw .io(errno: errno, operation: "poll") }
             }
         }
-        var chunk = [UInt8](repeating: 0, count: 65536)
         while true {
             let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
             if n > 0 {
