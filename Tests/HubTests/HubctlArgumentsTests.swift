@@ -33,6 +33,8 @@ import Testing
          ParsedArguments(command: "publish", values: ["type": "t", "account": "a"], positionals: ["c", "-1"])),
         (["disconnect", "--conn", "0-1", "--code", "-5", "--reason="],
          ParsedArguments(command: "disconnect", values: ["conn": "0-1", "code": "-5", "reason": ""])),
+        (["publish", "c", "--account", "a", "-2.5"],
+         ParsedArguments(command: "publish", values: ["account": "a"], positionals: ["c", "-2.5"])),
         (["channel", "-h"], ParsedArguments(command: "channel", flags: ["help"])),
         (["--version"], ParsedArguments(flags: ["version"])),
         ([], ParsedArguments()),

@@ -2,7 +2,7 @@
 ///
 /// Grammar: `[global flags] COMMAND [flags and positionals in any order] [-- positionals...]`.
 /// Value flags take `--name value` or `--name=value`; boolean flags take no value (`--name=x` is an error);
-/// a lone `-` is a positional (stdin); everything after `--` is positional. Global flags may appear anywhere.
+/// a lone `-` and negative numbers (`-1`, `-.5`) are positionals; everything after `--` is positional. Global flags may appear anywhere.
 /// A repeated value flag keeps its last value. `-h` means `--help`.
 public struct CommandSpec: Sendable {
     public var name: String
@@ -80,7 +80,9 @@ public struct ArgumentParser: Sendable {
         while index < arguments.count {
             let argument = arguments[index]
             index += 1
-            if terminated || argument == "-" || !argument.hasPrefix("-") {
+            let negativeNumber = argument.count > 1 && argument.hasPrefix("-")
+                && argument.dropFirst().first.map({ $0.isASCII && ($0.isNumber || $0 == ".") }) == true
+            if terminated || argument == "-" || negativeNumber || !argument.hasPrefix("-") {
                 if result.command == nil && !terminated {
                     guard let found = commands[argument] else { throw .unknownCommand(argument) }
                     result.command = argument
