@@ -83,7 +83,7 @@ enum Units {
 
     /// A rate: 0, 0.5, 12, 1.2k (per second, without the unit).
     static func rate(_ value: Double?) -> String {
-        guard let value else { return "-" }
+        guard let value, value.isFinite, abs(value) < 9e18 else { return "-" }
         if value == 0 { return "0" }
         if value < 10 { return String(format: "%.1f", value) }
         if value < 1000 { return String(format: "%.0f", value) }
@@ -105,13 +105,13 @@ enum Units {
     }
 
     static func byteRate(_ value: Double?) -> String {
-        guard let value else { return "-" }
+        guard let value, value.isFinite, abs(value) < 9e18 else { return "-" }
         return bytes(Int(value.rounded())) + "/s"
     }
 
     /// 45s, 5m, 2h13m, 3d4h.
     static func duration(_ seconds: Double?) -> String {
-        guard let seconds, seconds.isFinite else { return "-" }
+        guard let seconds, seconds.isFinite, abs(seconds) < 1e15 else { return "-" }
         let s = max(0, Int(seconds))
         if s < 60 { return "\(s)s" }
         if s < 3600 { return "\(s / 60)m" }
@@ -128,13 +128,13 @@ enum Units {
     }
 
     static func percent(_ fraction: Double?) -> String {
-        guard let fraction else { return "-" }
+        guard let fraction, fraction.isFinite else { return "-" }
         return String(format: "%.0f%%", fraction * 100)
     }
 
     /// Local wall-clock time with milliseconds: 22:13:05.123.
     static func clock(_ time: Double?) -> String {
-        guard let time else { return "-" }
+        guard let time, time.isFinite, abs(time) < 1e12 else { return "-" }
         var seconds = time_t(time)
         var parts = tm()
         localtime_r(&seconds, &parts)

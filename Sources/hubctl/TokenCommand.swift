@@ -7,7 +7,7 @@ enum TokenCommand {
         usage: hubctl token ACCOUNT [--ttl 15m] [--secret-file F] [--state-dir D] [--json]
 
         Mint an HS256 test token for ACCOUNT (claims sub, iat, exp) with the hub's secret, and print only the
-        token. TTL: 90s, 15m, 2h, 1d or plain seconds (default 15m). The secret is read from --secret-file,
+        token. TTL: 90s, 15m, 2h, 1d or plain seconds (default 15m, at most 3650d). The secret is read from --secret-file,
         else $HUB_JWT_SECRET_FILE, else STATE_DIR/jwt-secret, where STATE_DIR is --state-dir, else
         $HUB_STATE_DIR, else ./.hub-state (the hub creates the secret there on its first start). Surrounding
         whitespace in the file is ignored. Does not contact the hub.

@@ -157,4 +157,23 @@ import Glibc
             #expect(cwd.stderr.contains("no secret file at ./.hub-state/jwt-secret"))
         }
     }
+
+    /// Valid JSON with absurd numbers (1e300 seconds, negative counts) is displayed, never a trap.
+    @Test func absurdNumbersDoNotCrash() throws {
+        let stats = #"{"ok":true,"stats":{"version":"0.1.0","uptimeSeconds":1e300,"threads":[{"index":-1,"connections":-5,"busy":1e300}],"connections":{"open":1e300,"handshaking":-1,"limit":0},"messages":{"inPerSecond":-1e300,"outPerSecond":1e300},"bytes":{"in":-9223372036854775807,"inPerSecond":1e300},"publishes":{"perSecond":1e19},"authFailures":{"x":"y"},"descriptors":{"open":1,"limit":0}}}"#
+        let event = #"{"event":{"type":"t","at":1e300,"seq":1e300,"delivered":-1,"data":1e300}}"#
+        let channels = #"{"ok":true,"channels":[{"name":"c","lastEventAt":-1e300,"publishedPerSecond":1e300}]}"#
+        let hub = FakeHub { line in
+            switch FakeHub.field("op", in: line) as? String {
+            case "stats": return .lines([stats])
+            case "channels": return .lines([channels])
+            case "connections": return .lines([#"{"ok":true,"connections":[{"connectedAt":1e300,"queuedBytes":1e300}]}"#])
+            default: return .linesThenClose([#"{"ok":true,"tailing":"c"}"#, event])
+            }
+        }
+        for command in [["status"], ["channels"], ["connections"], ["top", "--once"], ["tail", "c"]] {
+            let run = try HubctlRun.run(command, socket: hub.path)
+            #expect(run.code == 0, "\(command): \(run.stderr)")
+        }
+    }
 }

@@ -49,13 +49,13 @@ import Testing
     }
 
     @Test(arguments: [
-        ("90s", 90), ("15m", 900), ("2h", 7200), ("1d", 86400), ("600", 600), ("1", 1),
+        ("90s", 90), ("15m", 900), ("2h", 7200), ("1d", 86400), ("600", 600), ("1", 1), ("3650d", 315_360_000),
     ])
     func ttlParses(text: String, seconds: Int) {
         #expect(DevToken.parseTTL(text) == seconds)
     }
 
-    @Test(arguments: ["", "0", "0s", "-5", "15x", "m", "1.5h", " 15m", "15 m", "1e3", "99999999999999999999d", "15mm"])
+    @Test(arguments: ["", "0", "0s", "-5", "15x", "m", "1.5h", " 15m", "15 m", "1e3", "99999999999999999999d", "99999999999999d", "3651d", "15mm"])
     func ttlRejects(text: String) {
         #expect(DevToken.parseTTL(text) == nil)
     }

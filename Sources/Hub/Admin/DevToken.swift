@@ -14,8 +14,11 @@ public enum DevToken {
         return signingInput + "." + base64URL(signature)
     }
 
-    /// Parses a TTL: `90s`, `15m`, `2h`, `1d`, or plain seconds (`900`). `nil` for anything else, zero, or
-    /// negative values.
+    /// The longest TTL `parseTTL` accepts: ten years.
+    public static let maxTTL = 3650 * 86400
+
+    /// Parses a TTL: `90s`, `15m`, `2h`, `1d`, or plain seconds (`900`). `nil` for anything else, zero,
+    /// negative values, or more than `maxTTL`.
     public static func parseTTL(_ text: String) -> Int? {
         var digits = Substring(text)
         var unit = 1
@@ -32,7 +35,7 @@ public enum DevToken {
         guard !digits.isEmpty, digits.allSatisfy({ $0.isASCII && $0.isNumber }),
               let value = Int(digits), value > 0 else { return nil }
         let (seconds, overflow) = value.multipliedReportingOverflow(by: unit)
-        return overflow ? nil : seconds
+        return overflow || seconds > maxTTL ? nil : seconds
     }
 
     /// The secret as stored in a secret file: the file's text with surrounding whitespace removed.
