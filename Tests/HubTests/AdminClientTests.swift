@@ -8,6 +8,7 @@ import Glibc
 @Suite struct AdminClientTests {
     @Test func requestGetsOneReplyLine() throws {
         let hub = FakeHub { line in .lines([#"{"ok":true,"echo":\#(line)}"#]) }
+        defer { hub.stop() }
         let client = try AdminClient(socketPath: hub.path)
         let reply = try client.request(#"{"op":"stats"}"#)
         #expect(String(decoding: reply, as: UTF8.self) == #"{"ok":true,"echo":{"op":"stats"}}"#)
@@ -19,6 +20,7 @@ import Glibc
 
     @Test func pipelinedRequestsKeepOrder() throws {
         let hub = FakeHub { line in .lines([#"{"n":\#(FakeHub.field("n", in: line) as? Int ?? -1)}"#]) }
+        defer { hub.stop() }
         let client = try AdminClient(socketPath: hub.path)
         let lines = (0..<50).map { #"{"op":"x","n":\#($0)}"# }
         let replies = try client.requests(lines)
@@ -27,6 +29,7 @@ import Glibc
 
     @Test func readLineStreamsThenReturnsNilAtClose() throws {
         let hub = FakeHub { _ in .linesThenClose(["a", "b\r", "", "c"]) }
+        defer { hub.stop() }
         let client = try AdminClient(socketPath: hub.path)
         #expect(try client.request("tail") == Array("a".utf8))
         #expect(try client.readLine() == Array("b".utf8), "CRLF is stripped")
@@ -38,12 +41,14 @@ import Glibc
 
     @Test func closedBeforeReplyIsConnectionClosed() throws {
         let hub = FakeHub { _ in .linesThenClose([]) }
+        defer { hub.stop() }
         let client = try AdminClient(socketPath: hub.path)
         #expect(throws: AdminClientError.connectionClosed) { try client.request("x") }
     }
 
     @Test func silentHubTimesOut() throws {
         let hub = FakeHub { _ in .silence }
+        defer { hub.stop() }
         let client = try AdminClient(socketPath: hub.path, readTimeout: 0.2)
         let start = Date()
         #expect(throws: AdminClientError.timedOut(seconds: 0.2)) { try client.request("x") }
@@ -64,6 +69,7 @@ import Glibc
 
     @Test func permissionDetailNamesModeOwnerAndGroup() throws {
         let hub = FakeHub { _ in .silence }
+        defer { hub.stop() }
         chmod(hub.path, 0)
         let detail = AdminClient.permissionDetail(hub.path)
         #expect(detail.contains("mode 00 (owner \(AdminClient.userName(getuid())), group"))

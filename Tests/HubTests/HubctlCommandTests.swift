@@ -17,6 +17,7 @@ import Testing
 
     @Test func statusHuman() throws {
         let hub = FakeHub(replies: ["stats": Self.statsReply])
+        defer { hub.stop() }
         let run = try HubctlRun.run(["status"], socket: hub.path)
         #expect(run.code == 0, "\(run.stderr)")
         #expect(run.lines[0] == "hub 0.1.0  pid 4242  up 2h13m")
@@ -39,6 +40,7 @@ import Testing
 
     @Test func statusJSONIsTheReply() throws {
         let hub = FakeHub(replies: ["stats": Self.statsReply])
+        defer { hub.stop() }
         let run = try HubctlRun.run(["--json", "status"], socket: hub.path)
         #expect(run.code == 0)
         #expect(run.stdout == Self.statsReply + "\n")
@@ -47,6 +49,7 @@ import Testing
 
     @Test func channelsHuman() throws {
         let hub = FakeHub(replies: ["channels": Self.channelsReply])
+        defer { hub.stop() }
         let run = try HubctlRun.run(["channels"], socket: hub.path)
         #expect(run.code == 0, "\(run.stderr)")
         #expect(run.lines[0] == "CHANNEL          SUBSCRIBERS  ACCOUNTS  PUBLISHED   /S  DELIVERED  LAST EVENT")
@@ -58,6 +61,7 @@ import Testing
     @Test func channelsJSON() throws {
         let reply = Self.channelsReply
         let hub = FakeHub(replies: ["channels": reply])
+        defer { hub.stop() }
         let run = try HubctlRun.run(["channels", "--json"], socket: hub.path)
         #expect(run.code == 0)
         #expect(run.stdout == reply + "\n")
@@ -67,6 +71,7 @@ import Testing
         let now = Date().timeIntervalSince1970
         let reply = #"{"ok":true,"channel":{"name":"wallet_updates","subscribers":10,"accounts":7,"published":120,"delivered":100,"lastEventAt":\#(now - 120),"topAccounts":[{"account":"acc_1","subscribers":3}],"recentEvents":[{"type":"wallet_balance_changed","account":"acc_1","broadcast":false,"seq":17,"size":80,"delivered":2,"at":\#(now - 120)},{"type":"maintenance","broadcast":true,"seq":3,"size":2048,"delivered":10,"at":\#(now - 7200)}]}}"#
         let hub = FakeHub(replies: ["channel": reply])
+        defer { hub.stop() }
         let run = try HubctlRun.run(["channel", "wallet_updates", "--account", "acc_1"], socket: hub.path)
         #expect(run.code == 0, "\(run.stderr)")
         let request = try #require(hub.requests.first)
@@ -87,6 +92,7 @@ import Testing
     @Test func connectionsWithFilters() throws {
         let reply = Self.connectionsReply
         let hub = FakeHub(replies: ["connections": reply])
+        defer { hub.stop() }
         let run = try HubctlRun.run(["connections", "--account=acc_1", "--channel", "wallet_updates", "--limit", "2"],
                                     socket: hub.path)
         #expect(run.code == 0, "\(run.stderr)")
@@ -107,6 +113,7 @@ import Testing
 
     @Test func publishSendsDataByteForByte() throws {
         let hub = FakeHub(replies: ["publish": #"{"ok":true,"seq":17,"delivered":2}"#])
+        defer { hub.stop() }
         let data = #"{"b":  "1.50", "a":1e2, "c":[1.0, "\u00e9"]}"#
         let run = try HubctlRun.run(["publish", "wallet_updates", "--account", "acc_1",
                                      "--type", "wallet_balance_changed", data], socket: hub.path)
@@ -124,6 +131,7 @@ import Testing
 
     @Test func publishZeroDeliveredHintsPush() throws {
         let hub = FakeHub(replies: ["publish": #"{"ok":true,"seq":1,"delivered":0}"#])
+        defer { hub.stop() }
         let run = try HubctlRun.run(["publish", "wallet_updates", "--account", "acc_1", "--type", "t", "1"],
                                     socket: hub.path)
         #expect(run.code == 0)
@@ -132,6 +140,7 @@ import Testing
 
     @Test func publishBroadcastFromFileAndStdin() throws {
         let hub = FakeHub(replies: ["publish": #"{"ok":true,"seq":3,"delivered":1}"#])
+        defer { hub.stop() }
         let file = hub.directory + "/event.json"
         try Data("{\n  \"x\": [1,\r\n 2]\n}\n".utf8).write(to: URL(fileURLWithPath: file))
         let run = try HubctlRun.run(["publish", "profile_updates", "--broadcast", "--type", "maintenance",
@@ -158,6 +167,7 @@ import Testing
             guard FakeHub.field("op", in: line) as? String == "tail" else { return .lines(["{}"]) }
             return .linesThenClose([#"{"ok":true,"tailing":"wallet_updates"}"#, event, broadcast])
         }
+        defer { hub.stop() }
         let run = try HubctlRun.run(["tail", "wallet_updates", "--account", "acc_1"], socket: hub.path)
         #expect(run.code == 0, "\(run.stderr)")
         #expect(run.lines.count == 3)
@@ -173,6 +183,7 @@ import Testing
 
     @Test func tailExitsZeroOnSIGINT() throws {
         let hub = FakeHub { _ in .lines([#"{"ok":true,"tailing":"c"}"#]) }
+        defer { hub.stop() }
         let process = Process()
         process.executableURL = URL(fileURLWithPath: HubctlRun.binary)
         process.arguments = ["--socket", hub.path, "tail", "c"]
@@ -191,6 +202,7 @@ import Testing
 
     @Test func disconnectRequestFields() throws {
         let hub = FakeHub(replies: ["disconnect": #"{"ok":true,"disconnected":1}"#])
+        defer { hub.stop() }
         let byConn = try HubctlRun.run(["disconnect", "--conn", "0-17", "--code", "4000", "--reason", "bye now"],
                                        socket: hub.path)
         #expect(byConn.code == 0, "\(byConn.stderr)")
@@ -218,6 +230,7 @@ import Testing
     @Test func topOnce() throws {
         let hub = FakeHub(replies: ["stats": Self.statsReply, "channels": Self.channelsReply,
                                     "connections": Self.connectionsReply])
+        defer { hub.stop() }
         let run = try HubctlRun.run(["top", "--once"], socket: hub.path)
         #expect(run.code == 0, "\(run.stderr)")
         #expect(!run.stdout.contains("\u{1B}"), "no terminal control with --once")
@@ -236,6 +249,7 @@ import Testing
 
     @Test func socketFromEnvironment() throws {
         let hub = FakeHub(replies: ["stats": Self.statsReply])
+        defer { hub.stop() }
         let run = try HubctlRun.run(["status", "--json"], environment: ["HUB_SOCKET": hub.path])
         #expect(run.code == 0, "\(run.stderr)")
     }

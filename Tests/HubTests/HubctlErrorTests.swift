@@ -18,6 +18,7 @@ import Glibc
     @Test func staleSocketFileIsExit3() throws {
         // A socket file nobody listens on (the hub crashed): ECONNREFUSED.
         let hub = FakeHub { _ in .silence }
+        defer { hub.stop() }
         let path = hub.directory + "/stale.sock"
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
         var address = sockaddr_un()
@@ -39,6 +40,7 @@ import Glibc
     /// setpriv(1); without setpriv it is skipped (reported as a pass with nothing checked, noted here).
     @Test func socketWithoutPermissionIsExit3() throws {
         let hub = FakeHub { _ in .lines([#"{"ok":true,"stats":{}}"#]) }
+        defer { hub.stop() }
         chmod(hub.directory, 0o755)
         chmod(hub.path, 0)
         var prefix: [String] = []
@@ -82,6 +84,7 @@ import Glibc
 
     @Test func invalidJSONDataIsExit4WithPosition() throws {
         let hub = FakeHub { _ in .lines([#"{"ok":true,"seq":1,"delivered":1}"#]) }
+        defer { hub.stop() }
         let run = try HubctlRun.run(["publish", "c", "--account", "a", "--type", "t", "{\"a\": 1,\n \"b\": nope}"],
                                     socket: hub.path)
         #expect(run.code == 4)
@@ -108,6 +111,7 @@ import Glibc
     @Test func hubErrorReplyIsExit1WithCodeAndMessage() throws {
         let reply = #"{"ok":false,"error":{"code":"UNKNOWN_CHANNEL","message":"channel \"x\" is not configured"}}"#
         let hub = FakeHub { _ in .lines([reply]) }
+        defer { hub.stop() }
         let run = try HubctlRun.run(["publish", "x", "--account", "a", "--type", "t", "{}"], socket: hub.path)
         #expect(run.code == 1)
         #expect(run.stderr == "error: UNKNOWN_CHANNEL: channel \"x\" is not configured\n")
@@ -129,6 +133,7 @@ import Glibc
     ])
     func oddRepliesAreExit1NotACrash(reply: String) throws {
         let hub = FakeHub { _ in .lines([reply]) }
+        defer { hub.stop() }
         for command in [["status"], ["channels"], ["connections"], ["channel", "c"], ["disconnect", "--conn", "1"],
                         ["publish", "c", "--broadcast", "--type", "t"], ["top", "--once"]] {
             let run = try HubctlRun.run(command, socket: hub.path)
@@ -139,6 +144,7 @@ import Glibc
 
     @Test func hubClosingBeforeReplyIsExit3() throws {
         let hub = FakeHub { _ in .linesThenClose([]) }
+        defer { hub.stop() }
         let run = try HubctlRun.run(["status"], socket: hub.path)
         #expect(run.code == 3)
         #expect(run.stderr.contains("closed the connection"))
@@ -171,6 +177,7 @@ import Glibc
             default: return .linesThenClose([#"{"ok":true,"tailing":"c"}"#, event])
             }
         }
+        defer { hub.stop() }
         for command in [["status"], ["channels"], ["connections"], ["top", "--once"], ["tail", "c"]] {
             let run = try HubctlRun.run(command, socket: hub.path)
             #expect(run.code == 0, "\(command): \(run.stderr)")

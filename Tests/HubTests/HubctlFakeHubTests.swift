@@ -33,7 +33,19 @@ final class FakeHub: Sendable {
         self.handler = handler
         listener = FakeHub.listen(at: path)
         let listener = self.listener
-        let thread = Thread { [self] in self.acceptLoop(listener) }
+        // Weak, so dropping the hub runs deinit, which stops the listener and ends this thread.
+        let thread = Thread { [weak self] in
+            while true {
+                let connection = accept(listener, nil, nil)
+                if connection < 0 {
+                    if errno == EINTR { continue }
+                    return
+                }
+                guard let hub = self else { close(connection); return }
+                hub.serve(connection)
+                close(connection)
+            }
+        }
         thread.start()
     }
 
@@ -65,8 +77,7 @@ final class FakeHub: Sendable {
         guard first else { return }
         shutdown(listener, Int32(SHUT_RDWR))
         close(listener)
-        unlink(path)
-        rmdir(directory)
+        try? FileManager.default.removeItem(atPath: directory)
     }
 
     static func field(_ name: String, in line: String) -> Any? {
@@ -91,18 +102,6 @@ final class FakeHub: Sendable {
         precondition(result == 0, "bind failed: \(errno)")
         precondition(Glibc.listen(fd, 16) == 0)
         return fd
-    }
-
-    private func acceptLoop(_ listener: Int32) {
-        while true {
-            let connection = accept(listener, nil, nil)
-            if connection < 0 {
-                if errno == EINTR { continue }
-                return
-            }
-            serve(connection)
-            close(connection)
-        }
     }
 
     private func serve(_ fd: Int32) {

@@ -33,6 +33,7 @@ import Testing
     @Test func colourOnlyOnATerminalWithoutNoColor() throws {
         guard Self.hasScript else { print("skipped: no \(Self.script)"); return }
         let hub = FakeHub(replies: ["channels": HubctlCommandTests.channelsReply])
+        defer { hub.stop() }
         let base = "\(HubctlRun.binary) --socket \(hub.path) channels"
         #expect(try Self.onTerminal(base).contains("\u{1B}[1mCHANNEL\u{1B}[0m"))
         #expect(!(try Self.onTerminal(base + " --no-color").contains("\u{1B}[")))
@@ -43,6 +44,7 @@ import Testing
         guard Self.hasScript else { print("skipped: no \(Self.script)"); return }
         let hub = FakeHub(replies: ["stats": HubctlCommandTests.statsReply, "channels": HubctlCommandTests.channelsReply,
                                     "connections": HubctlCommandTests.connectionsReply])
+        defer { hub.stop() }
         let output = try Self.onTerminal("\(HubctlRun.binary) --socket \(hub.path) top; echo exit=$?",
                                          input: "q", inputDelay: 1_500_000)
         let enter = try #require(output.range(of: "\u{1B}[?1049h\u{1B}[?25l"))
