@@ -1,0 +1,69 @@
+import Hub
+
+enum ChannelCommand {
+    static let spec = CommandSpec("channel", valueFlags: ["account"], positionals: ["NAME"])
+    static let help = """
+        usage: hubctl channel NAME [--account A] [--json]
+
+        Detail of one channel: counts, the accounts with the most subscribed connections (at most 10), and the
+        last 20 events, newest first. --account restricts both lists to one account.
+
+        examples:
+          hubctl channel wallet_updates
+          hubctl channel wallet_updates --account acc_1
+        """
+
+    static func run(_ context: Context) throws(CLIError) {
+        var request = RequestLine(op: "channel")
+        request.add("channel", string: context.args.positionals[0])
+        request.add("account", string: context.value("account"))
+        let session = try context.connect()
+        let reply = try session.call(request.text, context: context)
+        if context.json { writeStdout(bytes: reply.raw); return }
+        let channel = reply.json["channel"]
+        guard channel.object != nil else { throw .unexpected("\"channel\" is missing or not an object") }
+        print(render(channel, style: context.style, now: now()).joined(separator: "\n"))
+    }
+
+    static func render(_ channel: JSON, style: Style, now: Double) -> [String] {
+        var lines = [style.bold("channel \(channel["name"].string ?? "?")")]
+        lines += keyValueLines([
+            ("subscribers", Units.count(channel["subscribers"].int)),
+            ("accounts", Units.count(channel["accounts"].int)),
+            ("published", Units.count(channel["published"].int)),
+            ("delivered", Units.count(channel["delivered"].int)),
+            ("last event", Units.ago(channel["lastEventAt"].double, now: now)),
+        ], style: style)
+
+        lines.append("")
+        lines.append(style.bold("top accounts"))
+        let accounts = channel["topAccounts"].array ?? []
+        if accounts.isEmpty {
+            lines.append("  (no subscribed connections)")
+        } else {
+            var table = Table([("ACCOUNT", .left), ("SUBSCRIBERS", .right)])
+            for account in accounts {
+                table.add([account["account"].string ?? "?", Units.count(account["subscribers"].int)])
+            }
+            lines += table.render(style, indent: "  ")
+        }
+
+        lines.append("")
+        lines.append(style.bold("recent events"))
+        let events = channel["recentEvents"].array ?? []
+        if events.isEmpty {
+            lines.append("  (no events yet)")
+        } else {
+            var table = Table([("TYPE", .left), ("ACCOUNT", .left), ("SEQ", .right), ("SIZE", .right),
+                               ("DELIVERED", .right), ("WHEN", .left)])
+            for event in events {
+                let account = event["broadcast"].bool == true ? "broadcast" : (event["account"].string ?? "?")
+                table.add([event["type"].string ?? "?", account, event["seq"].int.map(String.init) ?? "-",
+                           Units.bytes(event["size"].int), Units.count(event["delivered"].int),
+                           Units.ago(event["at"].double, now: now)])
+            }
+            lines += table.render(style, indent: "  ")
+        }
+        return lines
+    }
+}

@@ -1,0 +1,81 @@
+import Hub
+
+enum StatusCommand {
+    static let spec = CommandSpec("status")
+    static let help = """
+        usage: hubctl status [--json]
+
+        Show the hub's health: version, uptime, threads and their load, connections, subscriptions, message and
+        byte rates, publishes, drops, auth failures by reason, file descriptors.
+
+        examples:
+          hubctl status
+          hubctl status --json | jq .stats.connections
+        """
+
+    static func run(_ context: Context) throws(CLIError) {
+        let session = try context.connect()
+        let reply = try session.call(RequestLine(op: "stats").text, context: context)
+        if context.json { writeStdout(bytes: reply.raw); return }
+        let stats = reply.json["stats"]
+        guard stats.object != nil else { throw .unexpected("\"stats\" is missing or not an object") }
+        print(render(stats, style: context.style).joined(separator: "\n"))
+    }
+
+    static func render(_ stats: JSON, style: Style) -> [String] {
+        var lines: [String] = []
+        var head = style.bold("hub \(stats["version"].string ?? "?")")
+        if let pid = stats["pid"].int { head += "  pid \(pid)" }
+        head += "  up \(Units.duration(stats["uptimeSeconds"].double))"
+        lines.append(head)
+        var where_: [String] = []
+        if let listen = stats["listen"].string { where_.append("listen \(listen)") }
+        if let socket = stats["socket"].string { where_.append("socket \(socket)") }
+        if let auth = stats["auth"].string { where_.append("auth \(auth)") }
+        if !where_.isEmpty { lines.append(where_.joined(separator: "  ")) }
+        lines.append("")
+
+        let c = stats["connections"]
+        var connections = "\(Units.count(c["open"].int)) open, \(Units.count(c["handshaking"].int)) handshaking"
+        if let limit = c["limit"].int {
+            connections += ", limit \(limit)"
+            if let open = c["open"].int, limit > 0 { connections += " (\(Units.percent(Double(open) / Double(limit))))" }
+        }
+        let m = stats["messages"], b = stats["bytes"], p = stats["publishes"], d = stats["drops"]
+        let failures = (stats["authFailures"].object ?? [:]).keys.sorted().map { reason in
+            "\(reason) \(Units.count(stats["authFailures"][reason].int))"
+        }
+        var descriptors = "\(Units.count(stats["descriptors"]["open"].int)) / \(Units.count(stats["descriptors"]["limit"].int))"
+        if let open = stats["descriptors"]["open"].int, let limit = stats["descriptors"]["limit"].int, limit > 0 {
+            descriptors += " (\(Units.percent(Double(open) / Double(limit))))"
+        }
+        let slow = d["slowConsumerCloses"].int ?? 0
+        let slowText = "slow-consumer closes \(Units.count(d["slowConsumerCloses"].int))"
+        lines += keyValueLines([
+            ("connections", connections),
+            ("subscriptions", Units.count(stats["subscriptions"].int)),
+            ("messages", "in \(Units.count(m["in"].int)) (\(Units.rate(m["inPerSecond"].double))/s)"
+                + "  out \(Units.count(m["out"].int)) (\(Units.rate(m["outPerSecond"].double))/s)"),
+            ("bytes", "in \(Units.bytes(b["in"].int)) (\(Units.byteRate(b["inPerSecond"].double)))"
+                + "  out \(Units.bytes(b["out"].int)) (\(Units.byteRate(b["outPerSecond"].double)))"),
+            ("publishes", "\(Units.count(p["total"].int)) (\(Units.rate(p["perSecond"].double))/s)"
+                + ", delivered \(Units.count(p["delivered"].int))"),
+            ("drops", (slow > 0 ? style.yellow(slowText) : slowText)
+                + ", rate-limited \(Units.count(d["rateLimited"].int))"
+                + ", rejected connections \(Units.count(d["rejectedConnections"].int))"),
+            ("auth failures", failures.isEmpty ? "none" : failures.joined(separator: ", ")),
+            ("descriptors", descriptors),
+        ], style: style)
+
+        if let threads = stats["threads"].array, !threads.isEmpty {
+            lines.append("")
+            var table = Table([("THREAD", .right), ("CONNECTIONS", .right), ("BUSY", .right)])
+            for (i, thread) in threads.enumerated() {
+                table.add([String(thread["index"].int ?? i), Units.count(thread["connections"].int),
+                           Units.percent(thread["busy"].double)])
+            }
+            lines += table.render(style)
+        }
+        return lines
+    }
+}
