@@ -133,7 +133,7 @@ extension SocketRequest {
         }
 
         var id: RawJSON?
-        if let idValue = f.id, idValue.kind != .null {
+        if let idValue = f.id {
             guard idValue.kind == .string || idValue.kind == .number else {
                 throw SocketRequestError(.invalidRequest, "\"id\" must be a string or a number")
             }
