@@ -89,12 +89,12 @@ struct JSONWriterTests {
         #expect(obj.count == 4)
 
         // Reuse keeps capacity and starts clean.
-        let cap = w.bytes.capacity
+        let cap = w.capacity
         w.reset()
         w.beginArray()
         w.endArray()
         #expect(text(w) == "[]")
-        #expect(w.bytes.capacity == cap)
+        #expect(w.capacity == cap)
     }
 
     @Test func newlineResetsCommaState() {

@@ -137,6 +137,26 @@ struct ProtocolSocketTests {
         #expect(e.id == id.map(RawJSON.init), "\(line)")
     }
 
+    @Test func packedKeyConstants() throws {
+        let keys: [(Fields.Key, StaticString)] = [
+            (.op, "op"), (.id, "id"), (.type, "type"), (.data, "data"), (.conn, "conn"), (.code, "code"),
+            (.limit, "limit"), (.reason, "reason"), (.channel, "channel"), (.account, "account"),
+        ]
+        for (k, s) in keys { #expect(k.rawValue == JSONValue.pack(s), "\(s)") }
+        let ops: [(Op, StaticString)] = [
+            (.publish, "publish"), (.stats, "stats"), (.channels, "channels"), (.channel, "channel"), (.tail, "tail"),
+        ]
+        for (o, s) in ops { #expect(o.rawValue == JSONValue.pack(s), "\(s)") }
+        // Escaped op names dispatch like plain ones; near misses do not.
+        #expect(try parseSocket(#"{"op":"\u0073tats"}"#).get().request == .stats)
+        #expect(try parseSocket(#"{"op":"t\u0061il","channel":"c"}"#).get().request == .tail(channel: "c", account: nil))
+        #expect((try? parseSocket(#"{"op":"stat"}"#).get()) == nil)
+        #expect((try? parseSocket(#"{"op":"statss"}"#).get()) == nil)
+        #expect((try? parseSocket(#"{"op":"publish\u0000"}"#).get()) == nil)
+        // Keys at the very end of the buffer (packed read near the end).
+        #expect(try parseSocket(#"{"op":"stats","x":1,"id":2}"#).get().id == RawJSON("2"))
+    }
+
     @Test func typeLengthLimit() throws {
         let ok = String(repeating: "t", count: 128)
         #expect((try? parseSocket(#"{"op":"publish","channel":"c","account":"a","type":"\#(ok)"}"#).get()) != nil)

@@ -35,7 +35,7 @@ public struct JSONValue: Sendable, Hashable {
 
     /// Whether this is a string whose decoded value equals `literal`; allocates nothing when the string has
     /// no escapes.
-    @inlinable
+    @inlinable @inline(__always)
     public func stringEquals(_ literal: StaticString, in bytes: UnsafeRawBufferPointer) -> Bool {
         guard kind == .string else { return false }
         if hasEscapes { return JSONScanner.decodeString(self, in: bytes) == literal.description }
@@ -45,6 +45,29 @@ public struct JSONValue: Sendable, Hashable {
         if n == 0 { return true }
         let a = bytes.baseAddress! + content.lowerBound
         return memcmpBytes(a, UnsafeRawPointer(literal.utf8Start), n)
+    }
+
+    /// For a string of 1 to 8 bytes without escapes: its bytes packed little-endian into a UInt64 (first byte
+    /// lowest), so a key can be matched with one integer comparison (`JSONValue.pack("op")`); 0 otherwise.
+    @inlinable @inline(__always)
+    public func packed(in bytes: UnsafeRawBufferPointer) -> UInt64 {
+        let n = range.count &- 2
+        guard kind == .string, !hasEscapes, n >= 1, n <= 8, let base = bytes.baseAddress else { return 0 }
+        let start = range.lowerBound &+ 1
+        if start &+ 8 <= bytes.count {
+            let word = UInt64(littleEndian: base.loadUnaligned(fromByteOffset: start, as: UInt64.self))
+            return n == 8 ? word : word & ((1 &<< UInt64(n &* 8)) &- 1)
+        }
+        var v: UInt64 = 0
+        for i in 0..<n { v |= UInt64(base.load(fromByteOffset: start &+ i, as: UInt8.self)) &<< UInt64(i &* 8) }
+        return v
+    }
+
+    /// `packed(in:)` of a literal (1 to 8 ASCII bytes).
+    public static func pack(_ s: StaticString) -> UInt64 {
+        var v: UInt64 = 0
+        for i in 0..<min(s.utf8CodeUnitCount, 8) { v |= UInt64(s.utf8Start[i]) << UInt64(i * 8) }
+        return v
     }
 
     /// The value's raw bytes in `bytes`.
@@ -424,12 +447,7 @@ public struct JSONScanner {
         pos &+= 1 // opening quote
         var escapes = false
         while true {
-            // Fast path: printable ASCII.
-            while pos < end {
-                let b = bytes[pos]
-                if b < 0x20 || b >= 0x80 || b == UInt8(ascii: "\"") || b == UInt8(ascii: "\\") { break }
-                pos &+= 1
-            }
+            pos = skipPlainASCII(from: pos)
             guard pos < end else { throw fail("") }
             let b = bytes[pos]
             if b == UInt8(ascii: "\"") {
@@ -445,6 +463,33 @@ public struct JSONScanner {
                 try parseUTF8Sequence(b)
             }
         }
+    }
+
+    /// The index of the first byte at or after `from` that is not printable ASCII other than `"` and `\`
+    /// (or `end`). Eight bytes at a time (SWAR), then byte by byte.
+    @inline(__always)
+    func skipPlainASCII(from: Int) -> Int {
+        var p = from
+        let end = self.end
+        guard let base = bytes.baseAddress else { return p }
+        let ones: UInt64 = 0x0101_0101_0101_0101
+        let highs: UInt64 = 0x8080_8080_8080_8080
+        while p &+ 8 <= end {
+            let x = UInt64(littleEndian: base.loadUnaligned(fromByteOffset: p, as: UInt64.self))
+            let quote = x ^ (ones &* 0x22)
+            let backslash = x ^ (ones &* 0x5C)
+            let mask = ((x &- ones &* 0x20) | (quote &- ones) | (backslash &- ones)) & ~x & highs
+                | (x & highs)
+            // Note: `~x` also masks out bytes >= 0x80, which the `x & highs` term reports anyway.
+            if mask != 0 { return p &+ (mask.trailingZeroBitCount &>> 3) }
+            p &+= 8
+        }
+        while p < end {
+            let b = base.load(fromByteOffset: p, as: UInt8.self)
+            if b < 0x20 || b >= 0x80 || b == UInt8(ascii: "\"") || b == UInt8(ascii: "\\") { return p }
+            p &+= 1
+        }
+        return p
     }
 
     mutating func parseEscape() throws(JSONError) {

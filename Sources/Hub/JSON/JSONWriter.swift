@@ -7,77 +7,140 @@
 /// Keep one writer per thread or connection and call `reset()`: the buffer keeps its capacity, so writing a
 /// reply allocates nothing once the buffer has grown to the size of the largest reply.
 public struct JSONWriter: Sendable {
-    public var bytes: [UInt8]
+    /// Backing store; its whole length is usable capacity, the first `count` bytes are written.
+    @usableFromInline var storage: [UInt8]
+    /// Bytes written so far.
+    @usableFromInline var _count: Int = 0
+    public var count: Int { _count }
     @usableFromInline var needsComma = false
 
     public init(capacity: Int = 256) {
-        bytes = []
-        bytes.reserveCapacity(capacity)
+        storage = [UInt8](repeating: 0, count: Swift.max(capacity, 16))
     }
 
-    /// Writes into `buffer` (emptied, capacity kept). Take it back with `bytes` when done.
+    /// Writes into `buffer`'s storage (its contents are discarded, its capacity kept).
     public init(reusing buffer: [UInt8]) {
-        bytes = buffer
-        bytes.removeAll(keepingCapacity: true)
+        storage = buffer
+        let cap = Swift.max(storage.capacity, 16)
+        storage.removeAll(keepingCapacity: true)
+        storage.append(contentsOf: repeatElement(0, count: cap))
     }
 
-    /// Empties the buffer, keeping its capacity.
+    /// Empties the writer, keeping its capacity.
     @inlinable public mutating func reset() {
-        bytes.removeAll(keepingCapacity: true)
+        _count = 0
         needsComma = false
     }
 
-    @inlinable public var count: Int { bytes.count }
+    /// How many bytes fit before the storage grows.
+    public var capacity: Int { storage.count }
+
+    /// A copy of the written bytes (tests, cold paths). Hot paths use `withBytes` or `takeBytes`.
+    public var bytes: [UInt8] { Array(storage[..<count]) }
+
+    /// The written bytes, without copying, for the duration of `body`.
+    @inlinable
+    public func withBytes<R, E: Error>(_ body: (UnsafeRawBufferPointer) throws(E) -> R) throws(E) -> R {
+        var result: Result<R, E>?
+        storage.withUnsafeBytes { all in
+            do throws(E) { result = .success(try body(UnsafeRawBufferPointer(rebasing: all[..<count]))) } catch {
+                result = .failure(error)
+            }
+        }
+        return try result!.get()
+    }
+
+    /// Hands over the written bytes as an array (no copy; the writer starts over with empty storage).
+    public mutating func takeBytes() -> [UInt8] {
+        var out: [UInt8] = []
+        swap(&out, &storage)
+        out.removeLast(out.count - count)
+        _count = 0
+        needsComma = false
+        storage = [UInt8](repeating: 0, count: 16)
+        return out
+    }
+
+    /// Makes room for `n` more bytes and runs `body` with a pointer to the first free byte; `body` returns how
+    /// many bytes it wrote (at most `n`).
+    @inlinable @inline(__always)
+    mutating func write(upTo n: Int, _ body: (UnsafeMutablePointer<UInt8>) -> Int) {
+        if count &+ n > storage.count { grow(minimum: count &+ n) }
+        let c = count
+        let written = storage.withUnsafeMutableBufferPointer { body($0.baseAddress.unsafelyUnwrapped + c) }
+        _count = c &+ written
+    }
+
+    @usableFromInline
+    mutating func grow(minimum: Int) {
+        let newSize = Swift.max(minimum, storage.count &* 2)
+        storage.append(contentsOf: repeatElement(0, count: newSize - storage.count))
+    }
+
+    @inlinable @inline(__always)
+    mutating func put(_ b: UInt8) {
+        write(upTo: 1) { $0.pointee = b; return 1 }
+    }
 
     @inlinable @inline(__always)
     mutating func comma() {
-        if needsComma { bytes.append(UInt8(ascii: ",")) }
+        if needsComma { put(UInt8(ascii: ",")) }
+    }
+
+    @inlinable @inline(__always)
+    mutating func put(_ src: UnsafeRawBufferPointer) {
+        let n = src.count
+        guard n > 0 else { return }
+        write(upTo: n) { dst in
+            UnsafeMutableRawPointer(dst).copyMemory(from: src.baseAddress.unsafelyUnwrapped, byteCount: n)
+            return n
+        }
     }
 
     // MARK: Structure
 
     @inlinable public mutating func beginObject() {
         comma()
-        bytes.append(UInt8(ascii: "{"))
+        put(UInt8(ascii: "{"))
         needsComma = false
     }
 
     @inlinable public mutating func endObject() {
-        bytes.append(UInt8(ascii: "}"))
+        put(UInt8(ascii: "}"))
         needsComma = true
     }
 
     @inlinable public mutating func beginArray() {
         comma()
-        bytes.append(UInt8(ascii: "["))
+        put(UInt8(ascii: "["))
         needsComma = false
     }
 
     @inlinable public mutating func endArray() {
-        bytes.append(UInt8(ascii: "]"))
+        put(UInt8(ascii: "]"))
         needsComma = true
     }
 
     /// Writes `"key":` for a key known to need no escaping (the protocol's own ASCII field names).
     @inlinable public mutating func key(_ key: StaticString) {
         comma()
-        bytes.append(UInt8(ascii: "\""))
+        put(UInt8(ascii: "\""))
         appendStatic(key)
-        bytes.append(UInt8(ascii: "\""))
-        bytes.append(UInt8(ascii: ":"))
+        put(UInt8(ascii: "\""))
+        put(UInt8(ascii: ":"))
         needsComma = false
     }
 
     /// Writes `"key":` escaping the key.
     public mutating func key(_ key: String) {
         string(key)
-        bytes.append(UInt8(ascii: ":"))
+        put(UInt8(ascii: ":"))
         needsComma = false
     }
 
     /// Appends a newline (for newline-delimited replies); resets the comma state.
     @inlinable public mutating func newline() {
-        bytes.append(0x0A)
+        put(0x0A)
         needsComma = false
     }
 
@@ -98,9 +161,9 @@ public struct JSONWriter: Sendable {
     /// A string literal known to need no escaping.
     @inlinable public mutating func string(_ value: StaticString) {
         comma()
-        bytes.append(UInt8(ascii: "\""))
+        put(UInt8(ascii: "\""))
         appendStatic(value)
-        bytes.append(UInt8(ascii: "\""))
+        put(UInt8(ascii: "\""))
         needsComma = true
     }
 
@@ -113,23 +176,27 @@ public struct JSONWriter: Sendable {
     /// controls without a short form). Non-ASCII is kept as is.
     public mutating func string(utf8: UnsafeRawBufferPointer) {
         comma()
-        bytes.append(UInt8(ascii: "\""))
+        put(UInt8(ascii: "\""))
         appendEscaped(utf8)
-        bytes.append(UInt8(ascii: "\""))
+        put(UInt8(ascii: "\""))
         needsComma = true
     }
 
     /// Writes pre-validated JSON (a whole value) as is.
     public mutating func raw(_ json: UnsafeRawBufferPointer) {
         comma()
-        bytes.append(contentsOf: json)
+        put(json)
         needsComma = true
     }
 
     public mutating func raw(_ json: [UInt8]) {
-        comma()
-        bytes.append(contentsOf: json)
-        needsComma = true
+        json.withUnsafeBytes { raw($0) }
+    }
+
+    /// Pre-validated JSON held as a string (e.g. an echoed `id`).
+    public mutating func raw(_ json: String) {
+        var json = json
+        json.withUTF8 { raw(UnsafeRawBufferPointer($0)) }
     }
 
     public mutating func int(_ value: Int) { int(Int64(value)) }
@@ -137,7 +204,7 @@ public struct JSONWriter: Sendable {
     public mutating func int(_ value: Int64) {
         comma()
         if value < 0 {
-            bytes.append(UInt8(ascii: "-"))
+            put(UInt8(ascii: "-"))
             appendDecimal(value.magnitude)
         } else {
             appendDecimal(UInt64(value))
@@ -159,11 +226,11 @@ public struct JSONWriter: Sendable {
         if value == value.rounded(), value.magnitude < 1e15 {
             // Integral: "12.0" rather than "12.0" via description (same), but without allocating.
             int64Digits(Int64(value))
-            bytes.append(UInt8(ascii: "."))
-            bytes.append(UInt8(ascii: "0"))
+            put(UInt8(ascii: "."))
+            put(UInt8(ascii: "0"))
         } else {
             var s = value.description
-            s.withUTF8 { bytes.append(contentsOf: $0) }
+            s.withUTF8 { put(UnsafeRawBufferPointer($0)) }
         }
         needsComma = true
     }
@@ -182,11 +249,11 @@ public struct JSONWriter: Sendable {
 
     @inlinable @inline(__always)
     mutating func appendStatic(_ s: StaticString) {
-        bytes.append(contentsOf: UnsafeRawBufferPointer(start: s.utf8Start, count: s.utf8CodeUnitCount))
+        put(UnsafeRawBufferPointer(start: s.utf8Start, count: s.utf8CodeUnitCount))
     }
 
     mutating func int64Digits(_ value: Int64) {
-        if value < 0 { bytes.append(UInt8(ascii: "-")) }
+        if value < 0 { put(UInt8(ascii: "-")) }
         appendDecimal(value.magnitude)
     }
 
@@ -194,40 +261,34 @@ public struct JSONWriter: Sendable {
     mutating func appendDecimal(_ value: UInt64) {
         var digits = 1
         var t = value
-        while t >= 10 { t /= 10; digits += 1 }
-        let start = bytes.count
-        bytes.append(contentsOf: repeatElement(UInt8(ascii: "0"), count: digits))
-        bytes.withUnsafeMutableBufferPointer { buf in
-            var i = start + digits
+        while t >= 10 { t /= 10; digits &+= 1 }
+        let pairs = JSONWriter.digitPairs.utf8Start
+        write(upTo: digits) { dst in
+            var i = digits
             var v = value
             while v >= 100 {
-                let r = Int(v % 100)
+                let r = Int(v % 100) &* 2
                 v /= 100
-                i -= 2
-                buf[i] = JSONWriter.digitPairs[r * 2]
-                buf[i + 1] = JSONWriter.digitPairs[r * 2 + 1]
+                i &-= 2
+                dst[i] = pairs[r]
+                dst[i &+ 1] = pairs[r &+ 1]
             }
             if v >= 10 {
-                let r = Int(v)
-                i -= 2
-                buf[i] = JSONWriter.digitPairs[r * 2]
-                buf[i + 1] = JSONWriter.digitPairs[r * 2 + 1]
+                let r = Int(v) &* 2
+                dst[0] = pairs[r]
+                dst[1] = pairs[r &+ 1]
             } else {
-                i -= 1
-                buf[i] = UInt8(truncatingIfNeeded: v) &+ 0x30
+                dst[0] = UInt8(truncatingIfNeeded: v) &+ 0x30
             }
+            return digits
         }
     }
 
-    static let digitPairs: [UInt8] = {
-        var t: [UInt8] = []
-        t.reserveCapacity(200)
-        for i in 0..<100 {
-            t.append(UInt8(0x30 + i / 10))
-            t.append(UInt8(0x30 + i % 10))
-        }
-        return t
-    }()
+    static let digitPairs: StaticString = """
+        00010203040506070809101112131415161718192021222324252627282930313233343536373839\
+        40414243444546474849505152535455565758596061626364656667686970717273747576777879\
+        8081828384858687888990919293949596979899
+        """
 
     static let hexDigits: StaticString = "0123456789abcdef"
 
@@ -238,27 +299,31 @@ public struct JSONWriter: Sendable {
         while i < n {
             let b = s[i]
             if b >= 0x20 && b != UInt8(ascii: "\"") && b != UInt8(ascii: "\\") { i &+= 1; continue }
-            if runStart < i { bytes.append(contentsOf: UnsafeRawBufferPointer(rebasing: s[runStart..<i])) }
-            bytes.append(UInt8(ascii: "\\"))
+            if runStart < i { put(UnsafeRawBufferPointer(rebasing: s[runStart..<i])) }
+            let short: UInt8
             switch b {
-            case UInt8(ascii: "\""): bytes.append(UInt8(ascii: "\""))
-            case UInt8(ascii: "\\"): bytes.append(UInt8(ascii: "\\"))
-            case 0x08: bytes.append(UInt8(ascii: "b"))
-            case 0x0C: bytes.append(UInt8(ascii: "f"))
-            case 0x0A: bytes.append(UInt8(ascii: "n"))
-            case 0x0D: bytes.append(UInt8(ascii: "r"))
-            case 0x09: bytes.append(UInt8(ascii: "t"))
-            default:
+            case UInt8(ascii: "\""): short = UInt8(ascii: "\"")
+            case UInt8(ascii: "\\"): short = UInt8(ascii: "\\")
+            case 0x08: short = UInt8(ascii: "b")
+            case 0x0C: short = UInt8(ascii: "f")
+            case 0x0A: short = UInt8(ascii: "n")
+            case 0x0D: short = UInt8(ascii: "r")
+            case 0x09: short = UInt8(ascii: "t")
+            default: short = 0
+            }
+            if short != 0 {
+                write(upTo: 2) { d in d[0] = UInt8(ascii: "\\"); d[1] = short; return 2 }
+            } else {
                 let hex = JSONWriter.hexDigits.utf8Start
-                bytes.append(UInt8(ascii: "u"))
-                bytes.append(UInt8(ascii: "0"))
-                bytes.append(UInt8(ascii: "0"))
-                bytes.append(hex[Int(b >> 4)])
-                bytes.append(hex[Int(b & 0xF)])
+                write(upTo: 6) { d in
+                    d[0] = UInt8(ascii: "\\"); d[1] = UInt8(ascii: "u"); d[2] = UInt8(ascii: "0"); d[3] = UInt8(ascii: "0")
+                    d[4] = hex[Int(b >> 4)]; d[5] = hex[Int(b & 0xF)]
+                    return 6
+                }
             }
             i &+= 1
             runStart = i
         }
-        if runStart < n { bytes.append(contentsOf: UnsafeRawBufferPointer(rebasing: s[runStart..<n])) }
+        if runStart < n { put(UnsafeRawBufferPointer(rebasing: s[runStart..<n])) }
     }
 }

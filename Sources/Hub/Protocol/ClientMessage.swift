@@ -2,14 +2,17 @@
 
 /// A JSON value kept as its raw bytes (already validated), for echoing an `id` as the client sent it.
 public struct RawJSON: Sendable, Hashable, CustomStringConvertible {
-    public var bytes: [UInt8]
+    /// The JSON text. Held as a `String` because an `id` of up to 15 bytes then needs no allocation.
+    public var text: String
 
-    public init(bytes: [UInt8]) { self.bytes = bytes }
+    public init(bytes: UnsafeRawBufferPointer) { self.text = String(decoding: bytes, as: UTF8.self) }
+    public init(bytes: [UInt8]) { self.text = String(decoding: bytes, as: UTF8.self) }
 
     /// `RawJSON("\"s1\"")`, `RawJSON("7")`: for tests and callers that hold JSON text.
-    public init(_ text: String) { self.bytes = Array(text.utf8) }
+    public init(_ text: String) { self.text = text }
 
-    public var description: String { String(decoding: bytes, as: UTF8.self) }
+    public var bytes: [UInt8] { Array(text.utf8) }
+    public var description: String { text }
 }
 
 /// One parsed client message.
@@ -92,7 +95,7 @@ extension ClientMessage {
             guard idValue.kind == .string || idValue.kind == .number else {
                 throw ClientProtocolError(message: "\"id\" must be a string or a number")
             }
-            id = RawJSON(bytes: Array(idValue.slice(of: bytes)))
+            id = RawJSON(bytes: idValue.slice(of: bytes))
         }
         func fail(_ message: String) -> ClientProtocolError { ClientProtocolError(message: message, id: id) }
 

@@ -32,11 +32,8 @@ public enum EventEncoding {
         let dataCount = data?.count ?? 4
         let size = headroom + payloadSize(type: type, channel: channel, seq: seq, broadcast: broadcast,
                                           dataCount: dataCount)
-        var buffer: [UInt8] = []
-        buffer.reserveCapacity(size)
-        buffer.append(contentsOf: repeatElement(0, count: headroom))
-        var w = JSONWriter(reusing: [])
-        swap(&w.bytes, &buffer)
+        var w = JSONWriter(capacity: size)
+        w.write(upTo: headroom) { _ in headroom } // zeros
         w.beginObject()
         w.field("type", type)
         w.field("channel", channel)
@@ -45,7 +42,7 @@ public enum EventEncoding {
         w.key("data")
         if let data { w.raw(data) } else { w.null() }
         w.endObject()
-        swap(&w.bytes, &buffer)
+        let buffer = w.takeBytes()
         return (buffer, headroom)
     }
 
@@ -69,14 +66,16 @@ public enum EventEncoding {
 
     /// Bytes `JSONWriter.string` writes between the quotes.
     static func escapedCount(_ s: String) -> Int {
-        var n = 0
-        for b in s.utf8 {
-            switch b {
-            case UInt8(ascii: "\""), UInt8(ascii: "\\"), 0x08, 0x0C, 0x0A, 0x0D, 0x09: n += 2
-            case 0..<0x20: n += 6
-            default: n += 1
+        var s = s
+        return s.withUTF8 { u in
+            var n = u.count
+            for b in u where b < 0x20 || b == UInt8(ascii: "\"") || b == UInt8(ascii: "\\") {
+                switch b {
+                case UInt8(ascii: "\""), UInt8(ascii: "\\"), 0x08, 0x0C, 0x0A, 0x0D, 0x09: n += 1
+                default: n += 5
+                }
             }
+            return n
         }
-        return n
     }
 }

@@ -96,7 +96,7 @@ public enum SocketReplies {
     static func writeID(_ id: RawJSON?, into w: inout JSONWriter) {
         if let id {
             w.key("id")
-            w.raw(id.bytes)
+            w.raw(id.text)
         }
     }
 }

@@ -137,7 +137,7 @@ extension SocketRequest {
             guard idValue.kind == .string || idValue.kind == .number else {
                 throw SocketRequestError(.invalidRequest, "\"id\" must be a string or a number")
             }
-            id = RawJSON(bytes: Array(idValue.slice(of: line)))
+            id = RawJSON(bytes: idValue.slice(of: line))
         }
         var p = FieldReader(line: line, id: id)
 
@@ -145,13 +145,14 @@ extension SocketRequest {
         guard op.kind == .string else { throw SocketRequestError(.unknownOp, "\"op\" must be a string", id: id) }
 
         let request: SocketRequest
-        if op.stringEquals("publish", in: line) {
+        let opWord = op.hasEscapes ? packedDecoded(op, in: line) : op.packed(in: line)
+        if opWord == Op.publish.rawValue {
             request = .publish(try parsePublish(f, &p))
-        } else if op.stringEquals("stats", in: line) {
+        } else if opWord == Op.stats.rawValue {
             request = .stats
-        } else if op.stringEquals("channels", in: line) {
+        } else if opWord == Op.channels.rawValue {
             request = .channels
-        } else if op.stringEquals("channel", in: line) {
+        } else if opWord == Op.channel.rawValue {
             request = .channel(name: try p.requiredString(f.channel, "channel"),
                                account: try p.optionalString(f.account, "account"))
         } else if op.stringEquals("connections", in: line) {
@@ -166,7 +167,7 @@ extension SocketRequest {
                                    channel: try p.optionalString(f.channel, "channel"), limit: limit)
         } else if op.stringEquals("disconnect", in: line) {
             request = try parseDisconnect(f, &p)
-        } else if op.stringEquals("tail", in: line) {
+        } else if opWord == Op.tail.rawValue {
             request = .tail(channel: try p.requiredString(f.channel, "channel"),
                             account: try p.optionalString(f.account, "account"))
         } else {
@@ -181,6 +182,16 @@ extension SocketRequest {
             do throws(SocketRequestError) { return .success(try parse(line: buf)) } catch { return .failure(error) }
         }
         return try result.get()
+    }
+
+    /// `packed` for a string with escapes (rare): decoded first.
+    static func packedDecoded(_ v: JSONValue, in line: UnsafeRawBufferPointer) -> UInt64 {
+        var bytes: [UInt8] = []
+        JSONScanner.decodeString(v, in: line, into: &bytes)
+        guard (1...8).contains(bytes.count) else { return 0 }
+        var w: UInt64 = 0
+        for (i, b) in bytes.enumerated() { w |= UInt64(b) << UInt64(i * 8) }
+        return w
     }
 
     static func parsePublish(_ f: Fields, _ p: inout FieldReader) throws(SocketRequestError) -> PublishRequest {
@@ -209,7 +220,9 @@ extension SocketRequest {
         default:
             throw p.invalid("exactly one of \"account\" or \"broadcast\":true is required")
         }
-        for reserved in PublishRequest.reservedTypes where typeValue.stringEquals(reserved, in: line) {
+        let mayBeReserved: Bool
+        switch typeLength { case 4, 5, 10, 12, 13, 14: mayBeReserved = true; default: mayBeReserved = false }
+        for reserved in PublishRequest.reservedTypes where mayBeReserved && typeValue.stringEquals(reserved, in: line) {
             throw SocketRequestError(.reservedType, "event type \"\(reserved)\" is reserved by the client protocol",
                                      id: p.id)
         }
@@ -252,6 +265,15 @@ extension SocketRequest {
     }
 }
 
+/// Packed short op names (`JSONValue.packed`).
+enum Op: UInt64 {
+    case publish = 0x6873696c627570
+    case stats = 0x7374617473
+    case channels = 0x736c656e6e616863
+    case channel = 0x6c656e6e616863
+    case tail = 0x6c696174
+}
+
 /// The members a socket request may carry, recorded during the scan.
 struct Fields {
     var op: JSONValue?
@@ -266,24 +288,38 @@ struct Fields {
     var code: JSONValue?
     var reason: JSONValue?
 
+    /// Packed keys (`JSONValue.packed`); `ProtocolSocketTests` checks them against `JSONValue.pack`.
+    enum Key: UInt64 {
+        case op = 0x706f
+        case id = 0x6469
+        case type = 0x65707974
+        case data = 0x61746164
+        case conn = 0x6e6e6f63
+        case code = 0x65646f63
+        case limit = 0x74696d696c
+        case reason = 0x6e6f73616572
+        case channel = 0x6c656e6e616863
+        case account = 0x746e756f636361
+    }
+
     @inline(__always)
     mutating func record(_ key: JSONValue, _ value: JSONValue, _ line: UnsafeRawBufferPointer) {
         if key.hasEscapes { recordEscaped(key, value, line); return }
-        // Dispatch on length first: most keys are rejected by one comparison.
-        switch key.range.count - 2 {
-        case 2: if key.stringEquals("op", in: line) { op = value } else if key.stringEquals("id", in: line) { id = value }
-        case 4:
-            if key.stringEquals("type", in: line) { type = value }
-            else if key.stringEquals("data", in: line) { data = value }
-            else if key.stringEquals("conn", in: line) { conn = value }
-            else if key.stringEquals("code", in: line) { code = value }
-        case 5: if key.stringEquals("limit", in: line) { limit = value }
-        case 6: if key.stringEquals("reason", in: line) { reason = value }
-        case 7:
-            if key.stringEquals("channel", in: line) { channel = value }
-            else if key.stringEquals("account", in: line) { account = value }
-        case 9: if key.stringEquals("broadcast", in: line) { broadcast = value }
-        default: break
+        guard let k = Key(rawValue: key.packed(in: line)) else {
+            if key.stringEquals("broadcast", in: line) { broadcast = value }
+            return
+        }
+        switch k {
+        case .op: op = value
+        case .id: id = value
+        case .type: type = value
+        case .data: data = value
+        case .conn: conn = value
+        case .code: code = value
+        case .limit: limit = value
+        case .reason: reason = value
+        case .channel: channel = value
+        case .account: account = value
         }
     }
 
