@@ -85,6 +85,30 @@ struct JSONScannerTests {
         #expect(e.reason == reason, "\(doc.debugDescription)")
     }
 
+    /// The 8-bytes-at-a-time string scan: a special byte at every position of a long string is found.
+    @Test func specialByteAtEveryPosition() {
+        for n in 0..<40 {
+            for k in 0..<n {
+                var content = [UInt8](repeating: UInt8(ascii: "a"), count: n)
+                content[k] = 0x1F
+                #expect((try? scanJSON([0x22] + content + [0x22]).get()) == nil)
+                if case .failure(let e) = scanJSON([0x22] + content + [0x22]) { #expect(e.offset == k + 1) }
+                content[k] = 0x7F
+                #expect((try? scanJSON([0x22] + content + [0x22]).get()) != nil)
+                content[k] = 0xC3 // lead byte without continuation
+                if case .failure(let e) = scanJSON([0x22] + content + [0x22]) { #expect(e.offset == k + 1) }
+                else { Issue.record("accepted a truncated sequence at \(k) of \(n)") }
+                content[k] = UInt8(ascii: "\"") // string ends early: the rest is trailing data
+                #expect((try? scanJSON([0x22] + content + [0x22]).get()) == nil || k == n - 1)
+                content[k] = UInt8(ascii: "\\")
+                if k + 1 < n { content[k + 1] = UInt8(ascii: "n") }
+                let r = scanJSON([0x22] + content + [0x22])
+                #expect(((try? r.get()) != nil) == (k + 1 < n), "\(k) \(n)")
+                if case .success(let v) = r { #expect(v.hasEscapes) }
+            }
+        }
+    }
+
     @Test func errorDescription() {
         #expect(JSONError(offset: 17, reason: "expected ':'").description == "invalid JSON at byte 17: expected ':'")
     }

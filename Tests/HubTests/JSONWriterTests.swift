@@ -31,6 +31,34 @@ struct JSONWriterTests {
         #expect(decoded == input)
     }
 
+    /// The SWAR escaping path against a byte-by-byte reference, on random strings mixing every class of byte
+    /// at every alignment.
+    @Test func escapingMatchesReference() throws {
+        var rng = SplitMix64(seed: 42)
+        let alphabet: [String] = ["a", "\"", "\\", "\n", "\u{01}", "\u{1F}", " ", "é", "😀", "\u{7F}", "~", "\t"]
+        for _ in 0..<3000 {
+            var s = ""
+            for _ in 0..<Int(rng.next() % 40) { s += alphabet[Int(rng.next() % UInt64(alphabet.count))] }
+            var reference = "\""
+            for u in s.unicodeScalars {
+                switch u {
+                case "\"": reference += "\\\""
+                case "\\": reference += "\\\\"
+                case "\n": reference += "\\n"
+                case "\t": reference += "\\t"
+                case "\u{01}": reference += "\\u0001"
+                case "\u{1F}": reference += "\\u001f"
+                default: reference.unicodeScalars.append(u)
+                }
+            }
+            reference += "\""
+            var w = JSONWriter(capacity: 1)
+            w.string(s)
+            #expect(text(w) == reference)
+            #expect(JSONWriter.escapedLength(s) == reference.utf8.count - 2)
+        }
+    }
+
     @Test func integers() {
         let cases: [(Int64, String)] = [
             (0, "0"), (7, "7"), (10, "10"), (99, "99"), (100, "100"), (-1, "-1"), (1234567, "1234567"),

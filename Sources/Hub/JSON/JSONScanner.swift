@@ -442,6 +442,7 @@ public struct JSONScanner {
     @inline(__always)
     func isContinuation(_ i: Int) -> Bool { i < end && bytes[i] & 0xC0 == 0x80 }
 
+    @inline(__always)
     mutating func parseString() throws(JSONError) -> JSONValue {
         let start = pos
         pos &+= 1 // opening quote

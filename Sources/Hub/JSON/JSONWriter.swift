@@ -57,8 +57,7 @@ public struct JSONWriter: Sendable {
         out.removeLast(out.count - count)
         _count = 0
         needsComma = false
-        storage = [UInt8](repeating: 0, count: 16)
-        return out
+        return out // `storage` is now empty: the next write grows it.
     }
 
     /// Makes room for `n` more bytes and runs `body` with a pointer to the first free byte; `body` returns how
@@ -73,7 +72,7 @@ public struct JSONWriter: Sendable {
 
     @usableFromInline
     mutating func grow(minimum: Int) {
-        let newSize = Swift.max(minimum, storage.count &* 2)
+        let newSize = Swift.max(minimum, storage.count &* 2, 64)
         storage.append(contentsOf: repeatElement(0, count: newSize - storage.count))
     }
 
@@ -293,13 +292,14 @@ public struct JSONWriter: Sendable {
     static let hexDigits: StaticString = "0123456789abcdef"
 
     mutating func appendEscaped(_ s: UnsafeRawBufferPointer) {
-        var runStart = 0
-        var i = 0
         let n = s.count
-        while i < n {
-            let b = s[i]
-            if b >= 0x20 && b != UInt8(ascii: "\"") && b != UInt8(ascii: "\\") { i &+= 1; continue }
-            if runStart < i { put(UnsafeRawBufferPointer(rebasing: s[runStart..<i])) }
+        guard n > 0, let base = s.baseAddress else { return }
+        var runStart = 0
+        while true {
+            let i = JSONWriter.firstNeedingEscape(base, from: runStart, count: n)
+            if runStart < i { put(UnsafeRawBufferPointer(start: base + runStart, count: i &- runStart)) }
+            if i == n { return }
+            let b = base.load(fromByteOffset: i, as: UInt8.self)
             let short: UInt8
             switch b {
             case UInt8(ascii: "\""): short = UInt8(ascii: "\"")
@@ -321,9 +321,52 @@ public struct JSONWriter: Sendable {
                     return 6
                 }
             }
-            i &+= 1
-            runStart = i
+            runStart = i &+ 1
         }
-        if runStart < n { put(UnsafeRawBufferPointer(rebasing: s[runStart..<n])) }
+    }
+
+    /// The index of the first byte at or after `from` that JSON requires to be escaped (`"`, `\`, or below
+    /// 0x20), or `count`. Eight bytes at a time (SWAR).
+    @inline(__always)
+    static func firstNeedingEscape(_ base: UnsafeRawPointer, from: Int, count n: Int) -> Int {
+        var p = from
+        let ones: UInt64 = 0x0101_0101_0101_0101
+        let highs: UInt64 = 0x8080_8080_8080_8080
+        while p &+ 8 <= n {
+            let x = UInt64(littleEndian: base.loadUnaligned(fromByteOffset: p, as: UInt64.self))
+            // Bytes >= 0x80 are masked out by `~x` (a flagged lower byte may set bits above it: only the
+            // lowest flag is used).
+            let mask = ((x &- ones &* 0x20) | ((x ^ (ones &* 0x22)) &- ones) | ((x ^ (ones &* 0x5C)) &- ones)) & ~x & highs
+            if mask != 0 { return p &+ (mask.trailingZeroBitCount &>> 3) }
+            p &+= 8
+        }
+        while p < n {
+            let b = base.load(fromByteOffset: p, as: UInt8.self)
+            if b < 0x20 || b == UInt8(ascii: "\"") || b == UInt8(ascii: "\\") { return p }
+            p &+= 1
+        }
+        return n
+    }
+
+    /// How many bytes `string(utf8:)` writes between the quotes.
+    static func escapedLength(_ s: UnsafeRawBufferPointer) -> Int {
+        let n = s.count
+        guard n > 0, let base = s.baseAddress else { return 0 }
+        var total = n
+        var i = firstNeedingEscape(base, from: 0, count: n)
+        while i < n {
+            switch base.load(fromByteOffset: i, as: UInt8.self) {
+            case UInt8(ascii: "\""), UInt8(ascii: "\\"), 0x08, 0x0C, 0x0A, 0x0D, 0x09: total &+= 1
+            default: total &+= 5
+            }
+            i = firstNeedingEscape(base, from: i &+ 1, count: n)
+        }
+        return total
+    }
+
+    /// How many bytes `string(_:)` writes between the quotes.
+    static func escapedLength(_ s: String) -> Int {
+        var s = s
+        return s.withUTF8 { escapedLength(UnsafeRawBufferPointer($0)) }
     }
 }

@@ -65,17 +65,5 @@ public enum EventEncoding {
     }
 
     /// Bytes `JSONWriter.string` writes between the quotes.
-    static func escapedCount(_ s: String) -> Int {
-        var s = s
-        return s.withUTF8 { u in
-            var n = u.count
-            for b in u where b < 0x20 || b == UInt8(ascii: "\"") || b == UInt8(ascii: "\\") {
-                switch b {
-                case UInt8(ascii: "\""), UInt8(ascii: "\\"), 0x08, 0x0C, 0x0A, 0x0D, 0x09: n += 1
-                default: n += 5
-                }
-            }
-            return n
-        }
-    }
+    static func escapedCount(_ s: String) -> Int { JSONWriter.escapedLength(s) }
 }
