@@ -242,13 +242,19 @@ struct ProtocolSocketTests {
 
     /// Three requests (one with CRLF, one invalid) fed at every split point: same replies in order.
     @Test func pipelinedAtEverySplit() {
-        let stream = Array(("{\"op\":\"stats\",\"id\":1}\r\n" + "{\"op\":\"nope\"}\n" +
+        let tooLong = #"{"op":"publish","channel":"c","account":"a","type":"t","data":""# + String(repeating: "x", count: 300) + "\"}\n"
+        let stream = Array(("{\"op\":\"stats\",\"id\":1}\r\n" + "{\"op\":\"nope\"}\n" + tooLong +
             #"{"op":"publish","channel":"c","account":"a","type":"t","data":[1, 2]}"# + "\n").utf8)
         func run(_ chunks: [ArraySlice<UInt8>]) -> [String] {
-            var framer = LineFramer(maxLineBytes: 1024)
+            var framer = LineFramer(maxLineBytes: 200)
             var out: [String] = []
             func handle(_ line: LineFramer.Line) {
-                guard case .line(let bytes) = line else { out.append("tooLong"); return }
+                guard case .line(let bytes) = line else {
+                    var w = JSONWriter()
+                    SocketReplies.lineTooLong(maxLineBytes: 200, into: &w)
+                    out.append(String(decoding: w.bytes, as: UTF8.self))
+                    return
+                }
                 do throws(SocketRequestError) {
                     let r = try SocketRequest.parse(line: bytes)
                     if case .publish(let p) = r.request {
@@ -263,13 +269,15 @@ struct ProtocolSocketTests {
             for c in chunks { Array(c).withUnsafeBytes { framer.feed($0, handle) } }
             return out
         }
-        let expected = ["stats 1", "UNKNOWN_OP", "publish [1, 2]"]
+        let expected = ["stats 1", "UNKNOWN_OP",
+                        #"{"ok":false,"error":{"code":"LINE_TOO_LONG","message":"line longer than 200 bytes"}}"# + "\n",
+                        "publish [1, 2]"]
         #expect(run([stream[...]]) == expected)
         for i in 0...stream.count {
             #expect(run([stream[..<i], stream[i...]]) == expected, "split at \(i)")
         }
-        for i in stride(from: 0, through: stream.count, by: 7) {
-            for j in stride(from: i, through: stream.count, by: 5) {
+        for i in stride(from: 0, through: stream.count, by: 13) {
+            for j in stride(from: i, through: stream.count, by: 11) {
                 #expect(run([stream[..<i], stream[i..<j], stream[j...]]) == expected, "split at \(i), \(j)")
             }
         }

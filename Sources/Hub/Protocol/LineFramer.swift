@@ -11,7 +11,8 @@ import Darwin
 /// `\n` and a trailing `\r`) yields one `.tooLong` as soon as it is known to be too long; the framer then
 /// skips to the next newline without buffering the excess.
 ///
-/// The views passed to the callback are valid only during the call.
+/// The views passed to the callback are valid only during the call, and the callback must not access the
+/// framer itself (it is being mutated: exclusivity). Read `maxLineBytes` before calling `feed`.
 public struct LineFramer: Sendable {
     public enum Line {
         case line(UnsafeRawBufferPointer)
