@@ -153,6 +153,8 @@ struct ProtocolSocketTests {
         #expect((try? parseSocket(#"{"op":"stat"}"#).get()) == nil)
         #expect((try? parseSocket(#"{"op":"statss"}"#).get()) == nil)
         #expect((try? parseSocket(#"{"op":"publish\u0000"}"#).get()) == nil)
+        if case .failure(let e) = parseSocket(#"{"op":"stats\u0000"}"#) { #expect(e.code == .unknownOp) }
+        else { Issue.record("stats\\u0000 accepted as stats") }
         // Keys at the very end of the buffer (packed read near the end).
         #expect(try parseSocket(#"{"op":"stats","x":1,"id":2}"#).get().id == RawJSON("2"))
     }

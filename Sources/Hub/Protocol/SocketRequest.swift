@@ -188,7 +188,7 @@ extension SocketRequest {
     static func packedDecoded(_ v: JSONValue, in line: UnsafeRawBufferPointer) -> UInt64 {
         var bytes: [UInt8] = []
         JSONScanner.decodeString(v, in: line, into: &bytes)
-        guard (1...8).contains(bytes.count) else { return 0 }
+        guard (1...8).contains(bytes.count), !bytes.contains(0) else { return 0 } // NUL would pack like padding
         var w: UInt64 = 0
         for (i, b) in bytes.enumerated() { w |= UInt64(b) << UInt64(i * 8) }
         return w
