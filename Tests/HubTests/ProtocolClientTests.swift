@@ -121,6 +121,13 @@ struct ProtocolClientTests {
         } == #"{"type":"error","error":{"code":"RATE_LIMITED","message":"too many messages","details":{"retryAfter":12}}}"#)
     }
 
+    @Test func serverSideErrors() {
+        #expect(reply { ClientReplies.error(.unknownChannels(["nope"], id: RawJSON("\"s1\"")), into: &$0) }
+                == #"{"type":"error","id":"s1","error":{"code":"VALIDATION_ERROR","message":"unknown channel","details":{"unknownChannels":["nope"]}}}"#)
+        #expect(reply { ClientReplies.error(.rateLimited(retryAfter: 3, id: nil), into: &$0) }
+                == #"{"type":"error","error":{"code":"RATE_LIMITED","message":"rate limit exceeded, retry in 3 s","details":{"retryAfter":3}}}"#)
+    }
+
     @Test func errorReplyFromParseError() {
         guard case .failure(let e) = parseClient(#"{"type":"nope","id":"q\"1"}"#) else { Issue.record("accepted"); return }
         #expect(reply { ClientReplies.error(e, into: &$0) }

@@ -103,6 +103,12 @@ public struct JSONError: Error, Sendable, Hashable, CustomStringConvertible {
         self.reason = reason
     }
 
+    /// The reason `forEachMember(in:)` gives for a valid document that is not an object.
+    public static let notAnObject = "expected a JSON object"
+
+    /// Whether the document was valid JSON but not an object.
+    public var isNotAnObject: Bool { reason == JSONError.notAnObject }
+
     /// "invalid JSON at byte 17: expected ':'"
     public var description: String { "invalid JSON at byte \(offset): \(reason)" }
 }
@@ -151,7 +157,7 @@ public struct JSONScanner {
         } else {
             _ = try s.parseValue(depth: 0)
             try s.expectEnd()
-            throw JSONError(offset: start, reason: "expected a JSON object")
+            throw JSONError(offset: start, reason: JSONError.notAnObject)
         }
     }
 

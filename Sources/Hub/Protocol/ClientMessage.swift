@@ -58,6 +58,19 @@ public struct ClientProtocolError: Error, Sendable, Hashable {
         self.id = id
     }
 
+    /// `VALIDATION_ERROR` "unknown channel" with `details.unknownChannels` (subscribe/unsubscribe with a name
+    /// that is not configured: nothing changes).
+    public static func unknownChannels(_ names: [String], id: RawJSON?) -> ClientProtocolError {
+        ClientProtocolError(message: names.count == 1 ? "unknown channel" : "unknown channels",
+                            details: .unknownChannels(names), id: id)
+    }
+
+    /// `RATE_LIMITED` with `details.retryAfter` (seconds until a message is accepted again).
+    public static func rateLimited(retryAfter seconds: Int, id: RawJSON?) -> ClientProtocolError {
+        ClientProtocolError(code: rateLimited, message: "rate limit exceeded, retry in \(seconds) s",
+                            details: .retryAfter(seconds), id: id)
+    }
+
     public static let validationError = "VALIDATION_ERROR"
     public static let unauthorized = "UNAUTHORIZED"
     public static let tokenExpired = "ErrAccessTokenExpired"
@@ -84,7 +97,7 @@ extension ClientMessage {
                 else if key.stringEquals("token", in: bytes) { token = value }
             }
         } catch {
-            if error.reason == "expected a JSON object" {
+            if error.isNotAnObject {
                 throw ClientProtocolError(message: "message must be a JSON object")
             }
             throw ClientProtocolError(message: error.description)

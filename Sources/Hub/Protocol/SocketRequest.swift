@@ -127,7 +127,7 @@ extension SocketRequest {
         do {
             try JSONScanner.forEachMember(in: line) { key, value in f.record(key, value, line) }
         } catch {
-            throw SocketRequestError(.invalidJSON, error.reason == "expected a JSON object"
+            throw SocketRequestError(.invalidJSON, error.isNotAnObject
                                      ? "request must be a JSON object (at byte \(error.offset))"
                                      : error.description)
         }
