@@ -85,8 +85,11 @@ struct ProtocolFramingTests {
 
     func encoded(_ type: String, _ channel: String, _ seq: UInt64, broadcast: Bool, data: String?,
                  headroom: Int = EventEncoding.defaultHeadroom) -> (all: [UInt8], payload: String) {
-        let (buffer, start) = EventEncoding.encode(type: type, channel: channel, seq: seq, broadcast: broadcast,
-                                                   data: data.map { Array($0.utf8) }, headroom: headroom)
+        let (buffer, start) = data.map {
+            EventEncoding.encode(type: type, channel: channel, seq: seq, broadcast: broadcast, data: Array($0.utf8),
+                                 headroom: headroom)
+        } ?? EventEncoding.encode(type: type, channel: channel, seq: seq, broadcast: broadcast, data: nil,
+                                  headroom: headroom)
         return (buffer, String(decoding: buffer[start...], as: UTF8.self))
     }
 

@@ -47,12 +47,8 @@ public enum EventEncoding {
     }
 
     public static func encode(type: String, channel: String, seq: UInt64, broadcast: Bool,
-                              data: [UInt8]?, headroom: Int = defaultHeadroom) -> (buffer: [UInt8], payloadStart: Int) {
-        guard let data else {
-            return encode(type: type, channel: channel, seq: seq, broadcast: broadcast,
-                          data: UnsafeRawBufferPointer?.none, headroom: headroom)
-        }
-        return data.withUnsafeBytes {
+                              data: [UInt8], headroom: Int = defaultHeadroom) -> (buffer: [UInt8], payloadStart: Int) {
+        data.withUnsafeBytes {
             encode(type: type, channel: channel, seq: seq, broadcast: broadcast, data: $0, headroom: headroom)
         }
     }
