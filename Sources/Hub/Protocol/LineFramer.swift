@@ -12,7 +12,9 @@ import Darwin
 /// skips to the next newline without buffering the excess.
 ///
 /// The views passed to the callback are valid only during the call, and the callback must not access the
-/// framer itself (it is being mutated: exclusivity). Read `maxLineBytes` before calling `feed`.
+/// framer itself (it is being mutated: exclusivity). Read `maxLineBytes` before calling `feed`. If the
+/// callback throws, `feed` rethrows at once and the rest of that chunk is dropped (the caller is closing).
+/// The assembly buffer is released after a line over 64 KiB, so a burst of big lines does not pin memory.
 public struct LineFramer: Sendable {
     public enum Line {
         case line(UnsafeRawBufferPointer)
@@ -81,7 +83,7 @@ public struct LineFramer: Sendable {
                         pending.withUnsafeBytes { buf in
                             do throws(E) { try body(.line(buf)) } catch let e { error = e }
                         }
-                        pending.removeAll(keepingCapacity: true)
+                        releasePending()
                         if let error { throw error }
                     }
                 }
@@ -101,6 +103,10 @@ public struct LineFramer: Sendable {
             do throws(E) { try body(.line(buf)) } catch let e { error = e }
         }
         if let error { throw error }
+    }
+
+    mutating func releasePending() {
+        if pending.capacity > 64 << 10 { pending = [] } else { pending.removeAll(keepingCapacity: true) }
     }
 
     /// Whether `count` buffered bytes of an unfinished line already exceed the limit (a final `\r` may still be
