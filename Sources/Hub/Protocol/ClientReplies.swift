@@ -1,0 +1,89 @@
+/// Encoders for the hub's replies to clients (docs/PROTOCOL.md sections 1.2 and 1.3). Each writes one complete
+/// JSON object into the writer (after `reset()` by the caller when reusing it); field order follows the doc.
+public enum ClientReplies {
+    /// `{"type":"subscribed","channels":[...],"id":...}`
+    public static func subscribed(channels: [String], id: RawJSON?, into w: inout JSONWriter) {
+        channelsReply("subscribed", channels: channels, id: id, into: &w)
+    }
+
+    /// `{"type":"unsubscribed","channels":[...],"id":...}`
+    public static func unsubscribed(channels: [String], id: RawJSON?, into w: inout JSONWriter) {
+        channelsReply("unsubscribed", channels: channels, id: id, into: &w)
+    }
+
+    /// `{"type":"authenticated","expiresAt":N,"id":...}` (`expiresAt` in Unix seconds)
+    public static func authenticated(expiresAt: Int64, id: RawJSON?, into w: inout JSONWriter) {
+        w.beginObject()
+        w.field("type", "authenticated")
+        w.field("expiresAt", expiresAt)
+        writeID(id, into: &w)
+        w.endObject()
+    }
+
+    /// `{"type":"pong","id":...}`
+    public static func pong(id: RawJSON?, into w: inout JSONWriter) {
+        w.beginObject()
+        w.field("type", "pong")
+        writeID(id, into: &w)
+        w.endObject()
+    }
+
+    /// `{"type":"token_expiring","expiresIn":N}` (seconds)
+    public static func tokenExpiring(expiresIn: Int64, into w: inout JSONWriter) {
+        w.beginObject()
+        w.field("type", "token_expiring")
+        w.field("expiresIn", expiresIn)
+        w.endObject()
+    }
+
+    /// `{"type":"error","id":...,"error":{"code":...,"message":...,"details":{...}}}`
+    public static func error(code: String, message: String, details: ClientErrorDetails? = nil, id: RawJSON?,
+                             into w: inout JSONWriter) {
+        w.beginObject()
+        w.field("type", "error")
+        writeID(id, into: &w)
+        w.key("error")
+        w.beginObject()
+        w.field("code", code)
+        w.field("message", message)
+        if let details {
+            w.key("details")
+            w.beginObject()
+            switch details {
+            case .unknownChannels(let names):
+                w.key("unknownChannels")
+                w.beginArray()
+                for n in names { w.string(n) }
+                w.endArray()
+            case .retryAfter(let seconds):
+                w.field("retryAfter", seconds)
+            }
+            w.endObject()
+        }
+        w.endObject()
+        w.endObject()
+    }
+
+    public static func error(_ e: ClientProtocolError, into w: inout JSONWriter) {
+        error(code: e.code, message: e.message, details: e.details, id: e.id, into: &w)
+    }
+
+    static func channelsReply(_ type: StaticString, channels: [String], id: RawJSON?, into w: inout JSONWriter) {
+        w.beginObject()
+        w.field("type", type)
+        w.key("channels")
+        w.beginArray()
+        for c in channels { w.string(c) }
+        w.endArray()
+        writeID(id, into: &w)
+        w.endObject()
+    }
+
+    @inline(__always)
+    static func writeID(_ id: RawJSON?, into w: inout JSONWriter) {
+        if let id {
+            w.key("id")
+            w.raw(id.text)
+        }
+    }
+}
