@@ -1,0 +1,537 @@
+import Glibc
+import WSProtocol
+
+/// One TCP client, from its first byte to its close: the HTTP request head, then either a plain HTTP answer
+/// (`/healthz`, `/metrics`, errors) or a WebSocket session on `/ws` (the hub protocol) or `/echo`.
+///
+/// Loop-bound: every method runs on the owning loop's thread.
+final class ClientConnection: ConnectionHandler {
+    enum Phase {
+        case http
+        case webSocket
+        /// We sent a close frame and wait for the peer's (bounded by `closeDeadline`).
+        case closing
+        /// A plain HTTP answer is being flushed, or the TCP connection is going away.
+        case done
+    }
+
+    enum Mode { case hub, echo }
+
+    /// Which gauge this connection is counted in.
+    enum Gauge { case handshaking, upgraded, none }
+
+    let context: LoopContext
+    var connection: Connection!
+    let serial: Int
+    let connectedAt = wallClockSeconds()
+    var phase = Phase.http
+    var mode = Mode.hub
+    private var httpParser = HTTPRequestParser()
+    private var reader = MessageReader(configuration: MessageReaderConfiguration(role: .server))
+    private var compressor: PerMessageDeflater?
+    private var closeHandshake = CloseHandshake(role: .server)
+
+    // Identity (after the handshake)
+    var account = ""
+    var tokenExpiresAt: Int64 = 0
+    var platform: String?
+    var appVersion: String?
+    private var warnedExpiry = false
+
+    // Subscriptions: indices into the configured channel list.
+    var channels: [Int] = []
+
+    // Counters for admin views.
+    var messagesIn = 0
+    var messagesOut = 0
+
+    // Timers: one wheel entry per connection, re-armed for the earliest deadline.
+    private var timer = TimerHandle.none
+    private var handshakeDeadline: UInt64 = 0
+    private var nextPingAt: UInt64 = 0
+    private var pongDeadline: UInt64 = 0
+    private var closeDeadline: UInt64 = 0
+    private var limiter: RateLimiter
+    private var gauge = Gauge.none
+
+    init(context: LoopContext, serial: Int) {
+        self.context = context
+        self.serial = serial
+        limiter = RateLimiter(limit: context.hub.configuration.rateLimitPerMinute, periodSeconds: 60, now: monotonicNanos())
+    }
+
+    var id: String { "\(context.loop.index)-\(serial)" }
+    var hub: HubCore { context.hub }
+
+    /// Called right after the engine adopted the socket.
+    func start() {
+        count(as: .handshaking)
+        handshakeDeadline = monotonicNanos() + UInt64(hub.configuration.handshakeTimeoutSeconds) * 1_000_000_000
+        armTimer()
+    }
+
+    // MARK: ConnectionHandler
+
+    func connectionReadable(_ connection: Connection, _ bytes: UnsafeMutableRawBufferPointer) -> Int {
+        switch phase {
+        case .http:
+            return readHTTP(bytes)
+        case .webSocket, .closing:
+            readFrames(bytes)
+            return bytes.count
+        case .done:
+            return bytes.count
+        }
+    }
+
+    func connectionClosed(_ connection: Connection, reason: CloseReason) {
+        count(as: .none)
+        for channel in channels { context.registry.unsubscribe(self, account: account, channel: channel) }
+        channels.removeAll()
+        context.clients[serial] = nil
+        context.loop.timers.cancel(timer)
+        hub.clientClosed()
+        phase = .done
+        self.connection = nil
+    }
+
+    // MARK: HTTP phase
+
+    private func readHTTP(_ bytes: UnsafeMutableRawBufferPointer) -> Int {
+        let result: HTTPParseResult<HTTPRequestHead>
+        do {
+            result = try httpParser.parse(UnsafeRawBufferPointer(bytes))
+        } catch {
+            respondHTTP(error.response())
+            return bytes.count
+        }
+        switch result {
+        case .needMoreData:
+            return bytes.count
+        case .complete(let head, let consumed):
+            context.counters.httpRequests += 1
+            route(head)
+            if phase == .webSocket && consumed < bytes.count {
+                // Frames the client sent right behind its request.
+                readFrames(UnsafeMutableRawBufferPointer(rebasing: bytes[consumed...]))
+            }
+            return bytes.count
+        }
+    }
+
+    private func route(_ head: HTTPRequestHead) {
+        switch head.path {
+        case "/ws":
+            upgrade(head, mode: .hub)
+        case "/echo" where hub.configuration.echo:
+            upgrade(head, mode: .echo)
+        case "/healthz":
+            guard head.method == "GET" || head.method == "HEAD" else { return respondHTTP(Self.methodNotAllowed()) }
+            respondHTTP(HTTPResponse.json(status: 200, body: hub.healthJSON()))
+        case "/metrics":
+            guard head.method == "GET" || head.method == "HEAD" else { return respondHTTP(Self.methodNotAllowed()) }
+            let loop = context.loop
+            let me = LoopBound(self)
+            hub.gatherMetricsText { text in
+                loop.execute { me.value?.respondHTTP(HTTPResponse.make(
+                    status: 200, headers: [("Content-Type", "text/plain; version=0.0.4; charset=utf-8")], body: Array(text.utf8))) }
+            }
+        default:
+            respondHTTP(HTTPError(status: 404, code: "NOT_FOUND", message: "no such path: \(head.path)").response())
+        }
+    }
+
+    static func methodNotAllowed() -> [UInt8] {
+        HTTPError(status: 405, code: "METHOD_NOT_ALLOWED", message: "only GET is allowed here", headers: [("Allow", "GET")]).response()
+    }
+
+    /// Sends a complete HTTP response and closes after it is flushed.
+    func respondHTTP(_ response: [UInt8]) {
+        guard let connection, phase == .http else { return }
+        count(as: .none)
+        phase = .done
+        response.withUnsafeBytes { _ = connection.write(copying: $0) }
+        connection.close(.graceful(linger: .seconds(2)))
+    }
+
+    private func upgrade(_ head: HTTPRequestHead, mode: Mode) {
+        let request: UpgradeRequest
+        do {
+            request = try WebSocketHandshake.validateUpgrade(head)
+        } catch {
+            return respondHTTP(error.response())
+        }
+        if hub.isShuttingDown {
+            return respondHTTP(HTTPError(status: 503, code: "SERVICE_UNAVAILABLE", message: "the hub is shutting down",
+                                         headers: [("Retry-After", "5")]).response())
+        }
+        var extensionsHeader: String? = nil
+        let configuration = hub.configuration
+        switch mode {
+        case .hub:
+            let token: String
+            switch TokenExtraction.bearerToken(authorizationHeader: head.headers[first: "Authorization"],
+                                               accessTokenQuery: head.queryValue("access_token")) {
+            case .success(let t): token = t
+            case .failure(let failure): return refuse(failure)
+            }
+            switch hub.verifier.verify(token, now: Int64(time(nil))) {
+            case .success(let verified):
+                account = verified.subject
+                tokenExpiresAt = verified.expiresAt
+            case .failure(let failure):
+                return refuse(failure)
+            }
+            platform = head.headers[first: "X-Platform"].map { Self.clip($0) }
+            appVersion = head.headers[first: "X-App-Version"].map { Self.clip($0) }
+            reader = MessageReader(configuration: MessageReaderConfiguration(
+                role: .server, maxFrameSize: configuration.maxMessageBytes, maxMessageSize: configuration.maxMessageBytes))
+        case .echo:
+            var decompressor: PerMessageInflater? = nil
+            if let (parameters, answer) = PerMessageDeflate.negotiate(offers: request.extensions, configuration: PerMessageDeflateConfiguration()) {
+                extensionsHeader = answer
+                compressor = PerMessageDeflater(parameters: parameters, role: .server)
+                decompressor = PerMessageInflater(parameters: parameters, role: .server)
+            }
+            reader = MessageReader(configuration: MessageReaderConfiguration(
+                role: .server, maxFrameSize: configuration.maxEchoMessageBytes, maxMessageSize: configuration.maxEchoMessageBytes),
+                decompressor: decompressor)
+        }
+        self.mode = mode
+        let response = WebSocketHandshake.response101(key: request.key, subprotocol: nil, extensions: extensionsHeader)
+        response.withUnsafeBytes { _ = connection.write(copying: $0) }
+        count(as: .upgraded)
+        phase = .webSocket
+        if mode == .echo { connection.maxQueuedBytes = max(connection.maxQueuedBytes, 4 * configuration.maxEchoMessageBytes) }
+        nextPingAt = monotonicNanos() + UInt64(configuration.pingIntervalSeconds) * 1_000_000_000
+        armTimer()
+    }
+
+    private func refuse(_ failure: AuthFailure) {
+        context.counters.authFailures[failure.reason.rawValue, default: 0] += 1
+        respondHTTP(HTTPResponse.json(status: 401, body: failure.httpBody(),
+                                      headers: [("WWW-Authenticate", "Bearer error=\"invalid_token\"")]))
+    }
+
+    private func count(as new: Gauge) {
+        switch gauge {
+        case .handshaking: context.counters.handshaking -= 1
+        case .upgraded: context.counters.upgraded -= 1
+        case .none: break
+        }
+        switch new {
+        case .handshaking: context.counters.handshaking += 1
+        case .upgraded: context.counters.upgraded += 1
+        case .none: break
+        }
+        gauge = new
+    }
+
+    static func clip(_ value: String) -> String {
+        value.utf8.count <= 64 ? value : String(decoding: value.utf8.prefix(64), as: UTF8.self)
+    }
+
+    // MARK: WebSocket phase
+
+    private func readFrames(_ bytes: UnsafeMutableRawBufferPointer) {
+        do {
+            _ = try reader.read(bytes) { [self] message in
+                handle(message)
+                return phase == .webSocket || phase == .closing ? .continue : .stop
+            }
+        } catch {
+            context.counters.protocolErrors += 1
+            fail(error.closeCode, reason: error.description)
+        }
+    }
+
+    private func handle(_ message: InboundMessage) {
+        pongDeadline = 0  // any frame proves the peer is alive
+        switch message {
+        case .text(let payload):
+            guard phase == .webSocket else { return }
+            messagesIn += 1
+            context.counters.messagesIn += 1
+            if mode == .echo { return echo(.text, payload) }
+            handleText(payload)
+        case .binary(let payload):
+            guard phase == .webSocket else { return }
+            messagesIn += 1
+            context.counters.messagesIn += 1
+            if mode == .echo { return echo(.binary, payload) }
+            fail(.unsupportedData, reason: "binary messages are not supported; send JSON text")
+        case .ping(let payload):
+            guard phase == .webSocket else { return }
+            _ = connection.write(LoopContext.frame(opcode: .pong, payload))
+        case .pong:
+            break
+        case .close(let code, _):
+            switch closeHandshake.peerSentClose(code: code) {
+            case .sendClose(let reply, _):
+                sendCloseFrame(reply, reason: "")
+                finishTCP()
+            case .closeTCP, .awaitTCPClose:
+                finishTCP()
+            case .none:
+                break
+            }
+        }
+    }
+
+    private func echo(_ opcode: Opcode, _ payload: UnsafeRawBufferPointer) {
+        let frame: SharedBytes
+        if var compressor, payload.count >= 64 {
+            let compressed = compressor.compressMessage(payload)
+            frame = compressed.withUnsafeBytes { LoopContext.frame(opcode: opcode, $0, rsv1: true) }
+            self.compressor = compressor
+        } else {
+            frame = LoopContext.frame(opcode: opcode, payload)
+        }
+        if connection.write(frame) == .overCap { return slowConsumer() }
+        messagesOut += 1
+        context.counters.messagesOut += 1
+    }
+
+    private func handleText(_ payload: UnsafeRawBufferPointer) {
+        switch limiter.consume(now: monotonicNanos()) {
+        case .allowed:
+            break
+        case .limited(let retryAfter):
+            context.counters.rateLimited += 1
+            let id = try? ClientMessage.parse(payload).id
+            return reply { w in
+                ClientReplies.error(code: "RATE_LIMITED", message: "more than \(hub.configuration.rateLimitPerMinute) messages per minute",
+                                    details: .retryAfter(retryAfter), id: id ?? nil, into: &w)
+            }
+        case .abusive:
+            context.counters.rateLimited += 1
+            return fail(.policyViolation, reason: "rate limit exceeded repeatedly")
+        }
+        let message: ClientMessage
+        do {
+            message = try ClientMessage.parse(payload)
+        } catch {
+            return reply { w in ClientReplies.error(error, into: &w) }
+        }
+        switch message {
+        case .subscribe(let names, let id):
+            subscribe(names, id: id)
+        case .unsubscribe(let names, let id):
+            unsubscribe(names, id: id)
+        case .auth(let token, let id):
+            refreshToken(token, id: id)
+        case .ping(let id):
+            reply { w in ClientReplies.pong(id: id, into: &w) }
+        }
+    }
+
+    private func resolve(_ names: [String], id: RawJSON?) -> [Int]? {
+        var indices: [Int] = []
+        var unknown: [String] = []
+        for name in names {
+            if let index = hub.channelIndex[name] { indices.append(index) } else { unknown.append(name) }
+        }
+        guard unknown.isEmpty else {
+            let message = unknown.count == 1 ? "unknown channel \"\(unknown[0])\"" : "unknown channels"
+            reply { w in
+                ClientReplies.error(code: "VALIDATION_ERROR", message: message, details: .unknownChannels(unknown), id: id, into: &w)
+            }
+            return nil
+        }
+        return indices
+    }
+
+    private func subscribe(_ names: [String], id: RawJSON?) {
+        guard let indices = resolve(names, id: id) else { return }
+        let added = indices.filter { !channels.contains($0) }
+        let limit = hub.configuration.maxSubscriptions
+        guard channels.count + added.count <= limit else {
+            return reply { w in
+                ClientReplies.error(code: "VALIDATION_ERROR", message: "at most \(limit) subscriptions per connection",
+                                    details: nil, id: id, into: &w)
+            }
+        }
+        for index in added {
+            context.registry.subscribe(self, account: account, channel: index)
+            channels.append(index)
+        }
+        reply { w in ClientReplies.subscribed(channels: names, id: id, into: &w) }
+    }
+
+    private func unsubscribe(_ names: [String], id: RawJSON?) {
+        guard let indices = resolve(names, id: id) else { return }
+        for index in indices {
+            if let position = channels.firstIndex(of: index) {
+                context.registry.unsubscribe(self, account: account, channel: index)
+                channels.remove(at: position)
+            }
+        }
+        reply { w in ClientReplies.unsubscribed(channels: names, id: id, into: &w) }
+    }
+
+    private func refreshToken(_ token: String, id: RawJSON?) {
+        switch hub.verifier.verify(token, now: Int64(time(nil))) {
+        case .failure(let failure):
+            context.counters.authFailures[failure.reason.rawValue, default: 0] += 1
+            reply { w in ClientReplies.error(code: failure.code, message: failure.message, details: nil, id: id, into: &w) }
+        case .success(let verified) where verified.subject != account:
+            reply { w in
+                ClientReplies.error(code: "FORBIDDEN", message: "the new token belongs to another account", details: nil, id: id, into: &w)
+            }
+        case .success(let verified):
+            tokenExpiresAt = verified.expiresAt
+            warnedExpiry = false
+            reply { w in ClientReplies.authenticated(expiresAt: verified.expiresAt, id: id, into: &w) }
+            armTimer()
+        }
+    }
+
+    /// Writes one JSON reply built by `build` as a text frame.
+    private func reply(_ build: (inout JSONWriter) -> Void) {
+        guard let connection, phase == .webSocket else { return }
+        context.writer.reset()
+        build(&context.writer)
+        if context.sendWriterText(to: connection) == .overCap { return slowConsumer() }
+        messagesOut += 1
+        context.counters.messagesOut += 1
+    }
+
+    // MARK: Fan-out
+
+    /// Hands an event frame to this connection. Returns whether it was accepted (counted as delivered).
+    func deliver(_ frame: SharedBytes) -> Bool {
+        guard phase == .webSocket, let connection else { return false }
+        switch connection.write(frame) {
+        case .accepted:
+            messagesOut += 1
+            context.counters.messagesOut += 1
+            return true
+        case .overCap:
+            slowConsumer()
+            return false
+        case .closed:
+            return false
+        }
+    }
+
+    private func slowConsumer() {
+        context.counters.slowConsumerCloses += 1
+        // The close frame is tiny; let it past the cap so the client learns why.
+        connection?.maxQueuedBytes += 64
+        close(code: CloseCode(4008), reason: "SLOW_CONSUMER")
+    }
+
+    // MARK: Closing
+
+    /// Starts the closing handshake with `code` (1001 on shutdown, operator disconnects, policy closes).
+    func close(code: CloseCode, reason: String) {
+        guard phase == .webSocket else {
+            if phase == .http { connection?.close(.abort) }
+            return
+        }
+        guard case .sendClose = closeHandshake.close(code: code) else { return }
+        sendCloseFrame(code, reason: reason)
+        phase = .closing
+        for channel in channels { context.registry.unsubscribe(self, account: account, channel: channel) }
+        channels.removeAll()
+        closeDeadline = monotonicNanos() + 2_000_000_000
+        armTimer()
+    }
+
+    /// A protocol violation or policy failure: send the close code, then close TCP without waiting long.
+    private func fail(_ code: CloseCode, reason: String) {
+        close(code: code, reason: reason)
+    }
+
+    /// A close frame; `code` nil sends an empty body (the echo of an empty close).
+    private func sendCloseFrame(_ code: CloseCode?, reason: String) {
+        guard let connection else { return }
+        let payload = code.map { closePayload(code: $0, reason: reason) } ?? []
+        _ = payload.withUnsafeBytes { connection.write(LoopContext.frame(opcode: .close, $0)) }
+    }
+
+    /// The close handshake is complete (or abandoned): flush what is queued and close the TCP connection.
+    private func finishTCP() {
+        guard let connection else { return }
+        if phase == .webSocket || phase == .closing {
+            for channel in channels { context.registry.unsubscribe(self, account: account, channel: channel) }
+            channels.removeAll()
+        }
+        if phase != .closing { phase = .closing }
+        connection.close(.graceful(linger: .seconds(2)))
+    }
+
+    // MARK: Timers
+
+    private func armTimer() {
+        let deadline = nextDeadline()
+        context.loop.timers.cancel(timer)
+        guard deadline != .max else { timer = .none; return }
+        let now = monotonicNanos()
+        timer = context.loop.timers.schedule(afterNanos: deadline > now ? deadline - now : 0) { [weak self] in
+            self?.timerFired()
+        }
+    }
+
+    private func nextDeadline() -> UInt64 {
+        switch phase {
+        case .http:
+            return handshakeDeadline
+        case .webSocket:
+            var d = nextPingAt
+            if pongDeadline != 0 { d = min(d, pongDeadline) }
+            if mode == .hub {
+                d = min(d, deadline(forUnixTime: tokenExpiresAt + Int64(hub.verifier.leeway)))
+                if !warnedExpiry { d = min(d, deadline(forUnixTime: tokenExpiresAt - Int64(hub.configuration.tokenWarningSeconds))) }
+            }
+            return d
+        case .closing:
+            return closeDeadline
+        case .done:
+            return .max
+        }
+    }
+
+    private func deadline(forUnixTime t: Int64) -> UInt64 {
+        let remaining = t - Int64(time(nil))
+        return monotonicNanos() &+ UInt64(max(0, remaining)) * 1_000_000_000
+    }
+
+    private func timerFired() {
+        timer = .none
+        let now = monotonicNanos()
+        let configuration = hub.configuration
+        switch phase {
+        case .http:
+            if now >= handshakeDeadline {
+                return respondHTTP(HTTPError(status: 408, code: "REQUEST_TIMEOUT",
+                                             message: "the request head did not arrive within \(configuration.handshakeTimeoutSeconds)s").response())
+            }
+        case .webSocket:
+            let unixNow = Int64(time(nil))
+            if mode == .hub {
+                if unixNow >= tokenExpiresAt + Int64(hub.verifier.leeway) {
+                    return close(code: CloseCode(4001), reason: "ErrAccessTokenExpired")
+                }
+                if !warnedExpiry && unixNow >= tokenExpiresAt - Int64(configuration.tokenWarningSeconds) {
+                    warnedExpiry = true
+                    let remaining = max(0, tokenExpiresAt - unixNow)
+                    reply { w in ClientReplies.tokenExpiring(expiresIn: remaining, into: &w) }
+                }
+            }
+            if pongDeadline != 0 && now >= pongDeadline {
+                return close(code: CloseCode(4002), reason: "PONG_TIMEOUT")
+            }
+            if now >= nextPingAt {
+                _ = connection?.write(context.pingFrame)
+                nextPingAt = now + UInt64(configuration.pingIntervalSeconds) * 1_000_000_000
+                if pongDeadline == 0 { pongDeadline = now + UInt64(configuration.pongTimeoutSeconds) * 1_000_000_000 }
+            }
+        case .closing:
+            if now >= closeDeadline { connection?.close(.abort); return }
+        case .done:
+            return
+        }
+        armTimer()
+    }
+}

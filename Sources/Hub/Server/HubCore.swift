@@ -1,0 +1,412 @@
+import Glibc
+import Synchronization
+import WSProtocol
+
+/// What every loop shares: configuration, the channel table, the token verifier, the broker, and the few
+/// process-wide counters that must be atomic (client connections against the limit). Immutable after start
+/// except for those atomics.
+final class HubCore: Sendable {
+    let configuration: HubConfiguration
+    let channelNames: [String]
+    let channelIndex: [String: Int]
+    let verifier: JWTVerifier
+    let authDescription: String
+    let contexts: [LoopContext]
+    let broker: any Broker
+    let maxConnections: Int
+    let descriptorLimit: Int
+    private let listenAddressProvider: @Sendable () -> String
+    var listenAddress: String { listenAddressProvider() }
+    let startedAt = wallClockSeconds()
+    let log: @Sendable (String) -> Void
+    private let openClients = Atomic<Int>(0)
+    private let shuttingDown = Atomic<Bool>(false)
+    private let capacityWarned = Atomic<Bool>(false)
+
+    init(configuration: HubConfiguration, verifier: JWTVerifier, authDescription: String, contexts: [LoopContext],
+         maxConnections: Int, descriptorLimit: Int, listenAddress: @escaping @Sendable () -> String, log: @escaping @Sendable (String) -> Void) {
+        self.configuration = configuration
+        channelNames = configuration.channels
+        var index: [String: Int] = [:]
+        for (i, name) in configuration.channels.enumerated() { index[name] = i }
+        channelIndex = index
+        self.verifier = verifier
+        self.authDescription = authDescription
+        self.contexts = contexts
+        broker = LocalBroker(channelNames: configuration.channels, shards: contexts.map { LoopShard(context: $0) })
+        self.maxConnections = maxConnections
+        self.descriptorLimit = descriptorLimit
+        listenAddressProvider = listenAddress
+        self.log = log
+    }
+
+    var isShuttingDown: Bool { shuttingDown.load(ordering: .relaxed) }
+    func beginShutdown() { shuttingDown.store(true, ordering: .relaxed) }
+    var clientCount: Int { openClients.load(ordering: .relaxed) }
+
+    /// Claims a client slot; false (and one log line per burst) when the hub is at its connection limit.
+    func admitClient() -> Bool {
+        let now = openClients.add(1, ordering: .relaxed).newValue
+        if now <= maxConnections { return true }
+        openClients.subtract(1, ordering: .relaxed)
+        if !capacityWarned.exchange(true, ordering: .relaxed) {
+            log("at the connection limit (\(maxConnections)): refusing new clients with HTTP 503 until connections close (raise the open-file limit or --max-connections)")
+        }
+        return false
+    }
+
+    func clientClosed() {
+        let now = openClients.subtract(1, ordering: .relaxed).newValue
+        if now < maxConnections * 9 / 10, capacityWarned.load(ordering: .relaxed) {
+            if capacityWarned.exchange(false, ordering: .relaxed) { log("below the connection limit again (\(now) open)") }
+        }
+    }
+
+    // MARK: Gathering from every loop
+
+    /// Runs `body` on every loop and calls `done` with the results in loop order (on the last loop's thread).
+    func gather<T: Sendable>(_ body: @escaping @Sendable (LoopContext) -> T, _ done: @escaping @Sendable ([T]) -> Void) {
+        let results = Mutex<(values: [T?], remaining: Int)>((Array(repeating: nil, count: contexts.count), contexts.count))
+        for (i, context) in contexts.enumerated() {
+            context.loop.execute {
+                let value = body(context)
+                let all: [T]? = results.withLock { state in
+                    state.values[i] = value
+                    state.remaining -= 1
+                    return state.remaining == 0 ? state.values.map { $0! } : nil
+                }
+                if let all { done(all) }
+            }
+        }
+    }
+
+    // MARK: Admin replies (the fields after "ok":true; docs/PROTOCOL.md 2.2)
+
+    func statsJSON(id: RawJSON?, _ done: @escaping @Sendable ([UInt8]) -> Void) {
+        gather({ LoopSnapshot(context: $0, includeLatency: false) }) { [self] snapshots in
+            var w = JSONWriter(capacity: 2048)
+            SocketReplies.beginOK(into: &w)
+            w.key("stats"); w.beginObject()
+            w.field("version", HubVersion.string)
+            w.field("uptimeSeconds", wallClockSeconds() - startedAt)
+            w.field("pid", Int(getpid()))
+            w.field("listen", listenAddress)
+            w.field("socket", configuration.socketPath)
+            w.field("auth", authDescription)
+            w.key("threads"); w.beginArray()
+            for s in snapshots {
+                w.beginObject(); w.field("index", s.index); w.field("connections", s.counters.upgraded); w.field("busy", s.busy); w.endObject()
+            }
+            w.endArray()
+            let total = snapshots.reduce(into: LoopSnapshot.Totals()) { $0.add($1) }
+            w.key("connections"); w.beginObject()
+            w.field("open", total.counters.upgraded); w.field("handshaking", total.counters.handshaking); w.field("limit", maxConnections)
+            w.endObject()
+            w.field("subscriptions", total.subscriptions)
+            w.key("messages"); w.beginObject()
+            w.field("in", total.counters.messagesIn); w.field("out", total.counters.messagesOut)
+            w.field("inPerSecond", total.rates.messagesIn); w.field("outPerSecond", total.rates.messagesOut)
+            w.endObject()
+            w.key("bytes"); w.beginObject()
+            w.field("in", total.engine.bytesIn); w.field("out", total.engine.bytesOut)
+            w.field("inPerSecond", total.rates.bytesIn); w.field("outPerSecond", total.rates.bytesOut)
+            w.endObject()
+            let ledger = snapshots.first?.ledger
+            w.key("publishes"); w.beginObject()
+            w.field("total", ledger?.totalPublished ?? 0); w.field("perSecond", ledger?.rate ?? 0); w.field("delivered", ledger?.totalDelivered ?? 0)
+            w.endObject()
+            w.key("drops"); w.beginObject()
+            w.field("slowConsumerCloses", total.counters.slowConsumerCloses)
+            w.field("rateLimited", total.counters.rateLimited)
+            w.field("rejectedConnections", total.counters.rejectedConnections + total.engine.shedConnections)
+            w.field("protocolErrors", total.counters.protocolErrors)
+            w.endObject()
+            w.key("authFailures"); w.beginObject()
+            for (reason, n) in total.counters.authFailures.sorted(by: { $0.key < $1.key }) { w.key(reason); w.int(n) }
+            w.endObject()
+            w.key("descriptors"); w.beginObject()
+            w.field("open", openDescriptorCount()); w.field("limit", descriptorLimit)
+            w.endObject()
+            w.endObject()
+            SocketReplies.finishOK(id: id, into: &w)
+            done(w.takeBytes())
+        }
+    }
+
+    func channelsJSON(id: RawJSON?, _ done: @escaping @Sendable ([UInt8]) -> Void) {
+        gather({ ChannelSnapshot(context: $0, channel: nil, account: nil) }) { [self] snapshots in
+            var w = JSONWriter(capacity: 1024)
+            SocketReplies.beginOK(into: &w)
+            w.key("channels"); w.beginArray()
+            for (i, name) in channelNames.enumerated() {
+                let merged = ChannelSnapshot.merge(snapshots, channel: i)
+                let ledger = snapshots.first?.ledger?.channels[i]
+                w.beginObject()
+                w.field("name", name)
+                w.field("subscribers", merged.subscribers)
+                w.field("accounts", merged.accounts.count)
+                w.field("published", ledger?.published ?? 0)
+                w.field("publishedPerSecond", ledger?.rate ?? 0)
+                w.field("delivered", ledger?.delivered ?? 0)
+                w.key("lastEventAt"); if let t = ledger?.lastEventAt { w.double(t) } else { w.null() }
+                w.endObject()
+            }
+            w.endArray()
+            SocketReplies.finishOK(id: id, into: &w)
+            done(w.takeBytes())
+        }
+    }
+
+    func channelJSON(_ channel: Int, account: String?, id: RawJSON?, _ done: @escaping @Sendable ([UInt8]) -> Void) {
+        gather({ ChannelSnapshot(context: $0, channel: channel, account: account) }) { [self] snapshots in
+            let merged = ChannelSnapshot.merge(snapshots, channel: channel)
+            let ledger = snapshots.first?.ledger?.channels[channel]
+            var w = JSONWriter(capacity: 2048)
+            SocketReplies.beginOK(into: &w)
+            w.key("channel"); w.beginObject()
+            w.field("name", channelNames[channel])
+            w.field("subscribers", merged.subscribers)
+            w.field("accounts", merged.accounts.count)
+            w.field("published", ledger?.published ?? 0)
+            w.field("delivered", ledger?.delivered ?? 0)
+            w.key("lastEventAt"); if let t = ledger?.lastEventAt { w.double(t) } else { w.null() }
+            w.key("topAccounts"); w.beginArray()
+            let top = merged.accounts.filter { account == nil || $0.key == account }
+                .sorted { $0.value != $1.value ? $0.value > $1.value : $0.key < $1.key }.prefix(10)
+            for (name, n) in top {
+                w.beginObject(); w.field("account", name); w.field("subscribers", n); w.endObject()
+            }
+            w.endArray()
+            w.key("recentEvents"); w.beginArray()
+            for e in ledger?.recent ?? [] where account == nil || e.account == account {
+                w.beginObject()
+                w.field("type", e.type)
+                w.key("account"); if let a = e.account { w.string(a) } else { w.null() }
+                w.field("broadcast", e.account == nil)
+                w.field("seq", e.seq); w.field("size", e.size); w.field("delivered", e.delivered); w.field("at", e.at)
+                w.endObject()
+            }
+            w.endArray()
+            w.endObject()
+            SocketReplies.finishOK(id: id, into: &w)
+            done(w.takeBytes())
+        }
+    }
+
+    func connectionsJSON(account: String?, channel: Int?, limit: Int, id: RawJSON?, _ done: @escaping @Sendable ([UInt8]) -> Void) {
+        gather({ context in
+            context.clients.values.filter { c in
+                c.phase == .webSocket && (account == nil || c.account == account) && (channel == nil || c.channels.contains(channel!))
+            }.map { ConnectionInfo($0) }
+        }) { [self] perLoop in
+            let all = perLoop.joined().sorted { $0.connectedAt < $1.connectedAt }
+            var w = JSONWriter(capacity: 4096)
+            SocketReplies.beginOK(into: &w)
+            w.field("total", all.count)
+            w.key("connections"); w.beginArray()
+            for c in all.prefix(limit) {
+                w.beginObject()
+                w.field("id", c.id)
+                w.field("account", c.account)
+                w.field("remote", c.remote)
+                w.key("platform"); if let p = c.platform { w.string(p) } else { w.null() }
+                w.key("appVersion"); if let v = c.appVersion { w.string(v) } else { w.null() }
+                w.key("channels"); w.beginArray(); for ch in c.channels { w.string(channelNames[ch]) }; w.endArray()
+                w.field("connectedAt", c.connectedAt)
+                w.field("queuedBytes", c.queuedBytes)
+                w.field("messagesIn", c.messagesIn)
+                w.field("messagesOut", c.messagesOut)
+                w.endObject()
+            }
+            w.endArray()
+            SocketReplies.finishOK(id: id, into: &w)
+            done(w.takeBytes())
+        }
+    }
+
+    /// Closes the matching connections with `code`; `done` gets how many were closed.
+    func disconnect(_ target: DisconnectTarget, code: UInt16, reason: String, _ done: @escaping @Sendable (Int) -> Void) {
+        let text = reason.isEmpty && code == 1000 ? "disconnected by operator" : reason
+        gather({ context in
+            var matched: [ClientConnection] = []
+            switch target {
+            case .connection(let id):
+                matched = context.clients.values.filter { $0.id == id && $0.phase == .webSocket }
+            case .account(let account):
+                matched = context.clients.values.filter { $0.account == account && $0.mode == .hub && $0.phase == .webSocket }
+            }
+            for c in matched { c.close(code: CloseCode(code), reason: text) }
+            return matched.count
+        }) { counts in done(counts.reduce(0, +)) }
+    }
+
+    // MARK: HTTP endpoints
+
+    func healthJSON() -> String {
+        var w = JSONWriter(capacity: 256)
+        w.beginObject()
+        w.field("status", isShuttingDown ? "shutting_down" : "ok")
+        w.field("version", HubVersion.string)
+        w.field("uptimeSeconds", wallClockSeconds() - startedAt)
+        w.field("connections", clientCount)
+        w.endObject()
+        return String(decoding: w.bytes, as: UTF8.self)
+    }
+
+    func gatherMetricsText(_ done: @escaping @Sendable (String) -> Void) {
+        gather({ LoopSnapshot(context: $0, includeLatency: true) }) { [self] snapshots in
+            done(MetricsText.render(snapshots: snapshots, channelNames: channelNames, maxConnections: maxConnections,
+                                    descriptorLimit: descriptorLimit, openDescriptors: openDescriptorCount()))
+        }
+    }
+}
+
+/// What one loop reports for `stats` and `/metrics`.
+struct LoopSnapshot: Sendable {
+    struct Rates: Sendable {
+        var messagesIn = 0.0, messagesOut = 0.0, bytesIn = 0.0, bytesOut = 0.0
+    }
+    struct LedgerSummary: Sendable {
+        var totalPublished: Int
+        var totalDelivered: Int
+        var rate: Double
+        var publishedPerChannel: [Int]
+        var deliveredPerChannel: [Int]
+    }
+
+    var index: Int
+    var busy: Double
+    var counters: LoopCounters
+    var engine: EngineMetrics
+    var subscriptions: Int
+    var subscribersPerChannel: [Int]
+    var rates: Rates
+    var latency: LatencyHistogram?
+    var ledger: LedgerSummary?
+
+    init(context: LoopContext, includeLatency: Bool) {
+        index = context.loop.index
+        busy = context.busyFraction
+        counters = context.counters
+        engine = context.loop.metrics
+        subscriptions = context.registry.totalSubscriptions
+        subscribersPerChannel = (0..<context.hub.channelNames.count).map { context.registry.subscriberCount(channel: $0) }
+        rates = Rates()
+        if let first = context.rateSamples.first, let last = context.rateSamples.last, last.at > first.at {
+            let seconds = Double(last.at - first.at) / 1e9
+            rates.messagesIn = Double(last.messagesIn - first.messagesIn) / seconds
+            rates.messagesOut = Double(last.messagesOut - first.messagesOut) / seconds
+            rates.bytesIn = Double(last.bytesIn - first.bytesIn) / seconds
+            rates.bytesOut = Double(last.bytesOut - first.bytesOut) / seconds
+        }
+        latency = includeLatency ? context.latency : nil
+        if let ledger = context.ledger {
+            self.ledger = LedgerSummary(totalPublished: ledger.totalPublished, totalDelivered: ledger.totalDelivered,
+                                        rate: ledger.publishRate(channel: nil),
+                                        publishedPerChannel: ledger.channels.map(\.published),
+                                        deliveredPerChannel: ledger.channels.map(\.delivered))
+        }
+    }
+
+    struct Totals {
+        var counters = LoopCounters()
+        var engine = EngineMetrics()
+        var subscriptions = 0
+        var rates = Rates()
+
+        mutating func add(_ s: LoopSnapshot) {
+            counters.messagesIn += s.counters.messagesIn
+            counters.messagesOut += s.counters.messagesOut
+            counters.handshaking += s.counters.handshaking
+            counters.upgraded += s.counters.upgraded
+            counters.slowConsumerCloses += s.counters.slowConsumerCloses
+            counters.rateLimited += s.counters.rateLimited
+            counters.rejectedConnections += s.counters.rejectedConnections
+            counters.protocolErrors += s.counters.protocolErrors
+            counters.httpRequests += s.counters.httpRequests
+            counters.authFailures.merge(s.counters.authFailures, uniquingKeysWith: +)
+            engine = engine + s.engine
+            subscriptions += s.subscriptions
+            rates.messagesIn += s.rates.messagesIn
+            rates.messagesOut += s.rates.messagesOut
+            rates.bytesIn += s.rates.bytesIn
+            rates.bytesOut += s.rates.bytesOut
+        }
+    }
+}
+
+/// One loop's view of a channel (or of every channel when `channel` is nil, counts only).
+struct ChannelSnapshot: Sendable {
+    struct LedgerChannel: Sendable {
+        var published: Int
+        var delivered: Int
+        var lastEventAt: Double?
+        var rate: Double
+        var recent: [RecentEventInfo]
+    }
+    struct RecentEventInfo: Sendable {
+        var type: String, account: String?, seq: UInt64, size: Int, delivered: Int, at: Double
+    }
+    struct LedgerView: Sendable { var channels: [LedgerChannel] }
+
+    /// Per channel: subscriber count and per-account counts.
+    var perChannel: [(subscribers: Int, accounts: [String: Int])]
+    var ledger: LedgerView?
+
+    init(context: LoopContext, channel: Int?, account: String?) {
+        perChannel = (0..<context.hub.channelNames.count).map { i in
+            (context.registry.subscriberCount(channel: i), context.registry.accountCounts(channel: i))
+        }
+        if let ledger = context.ledger {
+            self.ledger = LedgerView(channels: ledger.channels.indices.map { i in
+                let record = ledger.channels[i]
+                let recent = channel == i ? ledger.recentEvents(channel: i).map {
+                    RecentEventInfo(type: $0.type, account: $0.account, seq: $0.seq, size: $0.size, delivered: $0.delivered, at: $0.at)
+                } : []
+                return LedgerChannel(published: record.published, delivered: record.delivered, lastEventAt: record.lastEventAt,
+                                     rate: ledger.publishRate(channel: i), recent: recent)
+            })
+        }
+    }
+
+    static func merge(_ snapshots: [ChannelSnapshot], channel: Int) -> (subscribers: Int, accounts: [String: Int]) {
+        var subscribers = 0
+        var accounts: [String: Int] = [:]
+        for s in snapshots {
+            subscribers += s.perChannel[channel].subscribers
+            accounts.merge(s.perChannel[channel].accounts, uniquingKeysWith: +)
+        }
+        return (subscribers, accounts)
+    }
+}
+
+/// One connection as `hubctl connections` shows it.
+struct ConnectionInfo: Sendable {
+    var id: String, account: String, remote: String, platform: String?, appVersion: String?
+    var channels: [Int], connectedAt: Double, queuedBytes: Int, messagesIn: Int, messagesOut: Int
+
+    init(_ c: ClientConnection) {
+        id = c.id
+        account = c.account
+        remote = c.connection?.peer ?? ""
+        platform = c.platform
+        appVersion = c.appVersion
+        channels = c.channels
+        connectedAt = c.connectedAt
+        queuedBytes = c.connection?.queuedBytes ?? 0
+        messagesIn = c.messagesIn
+        messagesOut = c.messagesOut
+    }
+}
+
+/// Descriptors this process has open (for `stats` and `/metrics`).
+func openDescriptorCount() -> Int {
+    guard let dir = opendir("/proc/self/fd") else { return -1 }
+    defer { closedir(dir) }
+    var n = 0
+    while let entry = readdir(dir) {
+        let name = entry.pointee.d_name.0
+        if name != 0x2E { n += 1 }  // skip "." and ".."
+    }
+    return n - 1  // the directory stream's own descriptor
+}

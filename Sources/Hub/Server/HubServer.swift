@@ -1,0 +1,227 @@
+import Foundation
+import Glibc
+import Synchronization
+import WSProtocol
+
+/// The hub: event loops, the client listener, the Unix socket, and their lifecycle.
+///
+/// Threads: one event loop per core (`--threads`). Each accepted client belongs to the loop that accepted it
+/// (SO_REUSEPORT spreads accepts) for its whole life. Every Unix-socket connection lives on loop 0, which also
+/// keeps the publish ledger and the tails. The main thread only waits for SIGTERM/SIGINT.
+public final class HubServer: Sendable {
+    let core: HubCore
+    private let group: EventLoopGroup
+    private let tcp: TCPListener
+    private let unix: UnixListener
+    /// The address clients connect to (with the real port when port 0 was asked for).
+    public let listenAddress: String
+    public let socketPath: String
+
+    /// Starts everything and returns once the hub accepts clients and publishes. Throws a message fit for a
+    /// person when something is in the way (port in use, another hub on the socket, unreadable key).
+    public static func start(configuration: HubConfiguration, log: @escaping @Sendable (String) -> Void) throws -> HubServer {
+        let limits = TCPListener.raiseDescriptorLimit()
+        let threads = configuration.threads > 0 ? configuration.threads : EventLoopGroup.coreCount
+        // Reserve: listeners, epoll and eventfds, the Unix socket and its clients, logs, and the shed slot.
+        let reserve = 32 + 4 * threads
+        let derivedLimit = max(16, limits.soft - reserve)
+        let maxConnections = configuration.maxConnections > 0 ? min(configuration.maxConnections, derivedLimit) : derivedLimit
+        if configuration.maxConnections > derivedLimit {
+            log("--max-connections \(configuration.maxConnections) is above what the open-file limit (\(limits.soft)) allows; using \(derivedLimit)")
+        }
+
+        let (verifier, authDescription) = try makeVerifier(configuration, log: log)
+        let group = try EventLoopGroup(loopCount: threads)
+        let contexts = group.loops.map { LoopContext(loop: $0, channelCount: configuration.channels.count) }
+        contexts[0].ledger = PublishLedger(channelNames: configuration.channels)
+
+        let listenText = Mutex("")
+        let core = HubCore(configuration: configuration, verifier: verifier, authDescription: authDescription, contexts: contexts,
+                           maxConnections: maxConnections, descriptorLimit: limits.soft,
+                           listenAddress: { listenText.withLock { $0 } }, log: log)
+        for context in contexts {
+            context.hub = core
+            context.loop.execute { context.startHousekeeping() }
+        }
+
+        let unix: UnixListener
+        do {
+            unix = try UnixListener.bind(path: configuration.socketPath, on: group.loops[0]) { _ in SocketAcceptor(context: contexts[0]) }
+        } catch {
+            group.shutdown()
+            throw StartError("cannot listen on the Unix socket \(configuration.socketPath): \(error)")
+        }
+        let tcp: TCPListener
+        do {
+            tcp = try TCPListener.bind(configuration.listen, on: group) { loop in ClientAcceptor(context: contexts[loop.index]) }
+        } catch {
+            unix.close()
+            group.shutdown()
+            throw StartError("cannot listen on \(configuration.listen): \(error)")
+        }
+        let address = tcp.address.description
+        listenText.withLock { $0 = address }
+        let server = HubServer(core: core, group: group, tcp: tcp, unix: unix, listenAddress: address, socketPath: configuration.socketPath)
+        log("hub \(HubVersion.string) listening on ws://\(address)/ws (\(threads) threads, up to \(maxConnections) connections)"
+            + "; socket \(configuration.socketPath); channels \(configuration.channels.joined(separator: ","))"
+            + "; auth \(authDescription)" + (configuration.echo ? "; /echo enabled" : ""))
+        return server
+    }
+
+    private init(core: HubCore, group: EventLoopGroup, tcp: TCPListener, unix: UnixListener, listenAddress: String, socketPath: String) {
+        self.core = core
+        self.group = group
+        self.tcp = tcp
+        self.unix = unix
+        self.listenAddress = listenAddress
+        self.socketPath = socketPath
+    }
+
+    struct StartError: Error, CustomStringConvertible {
+        let description: String
+        init(_ description: String) { self.description = description }
+    }
+
+    /// The token verifier from the configuration: a public key, a secret file, `HUB_JWT_SECRET`, or a generated
+    /// secret in the state directory (the zero-configuration path).
+    static func makeVerifier(_ c: HubConfiguration, log: @Sendable (String) -> Void) throws -> (JWTVerifier, String) {
+        do {
+            if let path = c.jwtPublicKeyFile {
+                guard let pem = try? String(contentsOfFile: path, encoding: .utf8) else {
+                    throw StartError("cannot read the JWT public key file \(path)")
+                }
+                let verifier = try JWTVerifier(key: .publicKeyPEM(pem), issuer: c.jwtIssuer, audience: c.jwtAudience, leeway: c.jwtLeewaySeconds)
+                return (verifier, "\(verifier.algorithm.rawValue) (public key \(path))")
+            }
+            if let secret = c.jwtSecret {
+                let verifier = try JWTVerifier(key: .hmacSecret(Array(secret.utf8)), issuer: c.jwtIssuer, audience: c.jwtAudience, leeway: c.jwtLeewaySeconds)
+                return (verifier, "HS256 (secret from HUB_JWT_SECRET)")
+            }
+            let loaded: SecretFile.Loaded
+            let description: String
+            if let path = c.jwtSecretFile {
+                loaded = try SecretFile.read(path: path)
+                description = "HS256 (secret file \(path))"
+            } else {
+                loaded = try SecretFile.loadOrCreate(stateDirectory: c.stateDirectory)
+                description = "HS256 (secret file \(loaded.path)\(loaded.created ? ", generated now: mint tokens with `hubctl token ACCOUNT`" : ""))"
+            }
+            if loaded.groupOrWorldReadable {
+                log("warning: \(loaded.path) is readable by other users; chmod 600 it")
+            }
+            let verifier = try JWTVerifier(key: .hmacSecret(loaded.secret), issuer: c.jwtIssuer, audience: c.jwtAudience, leeway: c.jwtLeewaySeconds)
+            return (verifier, description)
+        } catch let error as StartError {
+            throw error
+        } catch {
+            throw StartError("JWT configuration: \(error)")
+        }
+    }
+
+    /// Blocks the calling thread until SIGTERM or SIGINT. The signals must have been blocked in every thread
+    /// (`HubServer.blockTerminationSignals()` before `start`), so they wait here instead of killing the process.
+    public func waitForTerminationSignal() -> Int32 {
+        var set = HubServer.terminationSignals()
+        var signal: Int32 = 0
+        while sigwait(&set, &signal) != 0 {}
+        return signal
+    }
+
+    /// Call first thing in `main`, before any thread exists: blocks SIGTERM/SIGINT (they are taken by
+    /// `waitForTerminationSignal`) and ignores SIGPIPE (a peer that vanished is an error return, not a signal).
+    public static func blockTerminationSignals() {
+        signal(SIGPIPE, SIG_IGN)
+        var set = terminationSignals()
+        pthread_sigmask(SIG_BLOCK, &set, nil)
+    }
+
+    static func terminationSignals() -> sigset_t {
+        var set = sigset_t()
+        sigemptyset(&set)
+        sigaddset(&set, SIGTERM)
+        sigaddset(&set, SIGINT)
+        return set
+    }
+
+    /// Graceful shutdown: stop accepting, close every client with 1001, wait up to `--shutdown-timeout` for the
+    /// close handshakes, remove the Unix socket, stop the loops.
+    public func shutdown() {
+        core.beginShutdown()
+        tcp.close()
+        unix.close()
+        for context in core.contexts {
+            context.loop.execute {
+                for client in Array(context.clients.values) { client.close(code: .goingAway, reason: "the hub is shutting down") }
+            }
+        }
+        let deadline = monotonicNanos() + UInt64(core.configuration.shutdownTimeoutSeconds) * 1_000_000_000
+        while core.clientCount > 0 && monotonicNanos() < deadline {
+            usleep(20_000)
+        }
+        let remaining = core.clientCount
+        if remaining > 0 { core.log("shutdown: \(remaining) connections did not finish the close handshake in time; closing them") }
+        group.shutdown()
+        core.log("hub stopped")
+    }
+
+    /// Current client connections (all phases), for tests and embedding.
+    public var clientCount: Int { core.clientCount }
+}
+
+/// Accepts client connections on one loop.
+final class ClientAcceptor: ListenerDelegate {
+    let context: LoopContext
+    init(context: LoopContext) { self.context = context }
+
+    static let busyResponse = HTTPError(status: 503, code: "SERVICE_UNAVAILABLE", message: "the hub is at its connection limit; retry later",
+                                        headers: [("Retry-After", "5")]).response()
+
+    func accepted(fd: Int32, peer: String, on loop: EventLoop) {
+        let hub = context.hub!
+        guard hub.admitClient() else {
+            context.counters.rejectedConnections += 1
+            refuse(fd)
+            Glibc.close(fd)
+            return
+        }
+        let client = ClientConnection(context: context, serial: context.nextSerial)
+        context.nextSerial += 1
+        do {
+            client.connection = try Connection(adopting: fd, on: loop, peer: peer, handler: client,
+                                               maxQueuedBytes: hub.configuration.maxQueuedBytes)
+        } catch {
+            hub.clientClosed()
+            return
+        }
+        context.clients[client.serial] = client
+        client.start()
+    }
+
+    func shedding(fd: Int32, on loop: EventLoop) {
+        refuse(fd)
+    }
+
+    func descriptorsExhausted(errno: Int32, on loop: EventLoop) {
+        let limit = context.hub.descriptorLimit
+        context.hub.log("out of file descriptors (\(errno == EMFILE ? "EMFILE: the process limit \(limit)" : "ENFILE: the system limit") is reached): refusing new clients with HTTP 503 until descriptors free up")
+    }
+
+    private func refuse(_ fd: Int32) {
+        _ = Self.busyResponse.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+    }
+}
+
+/// Accepts Unix-socket connections (publishers, hubctl) on loop 0.
+final class SocketAcceptor: ListenerDelegate {
+    let context: LoopContext
+    init(context: LoopContext) { self.context = context }
+
+    func accepted(fd: Int32, peer: String, on loop: EventLoop) {
+        let handler = SocketConnection(context: context)
+        do {
+            handler.connection = try Connection(adopting: fd, on: loop, peer: peer, handler: handler, maxQueuedBytes: 256 << 20)
+        } catch {
+            return
+        }
+    }
+}

@@ -1,0 +1,154 @@
+import Glibc
+import Foundation
+import Synchronization
+import WSProtocol
+
+/// Counters of one loop. Plain integers: only the loop's own thread writes them; admin views read them
+/// through `EventLoop.execute` snapshots.
+struct LoopCounters: Sendable {
+    var messagesIn = 0
+    var messagesOut = 0
+    var handshaking = 0
+    var upgraded = 0
+    var slowConsumerCloses = 0
+    var rateLimited = 0
+    var rejectedConnections = 0
+    var protocolErrors = 0
+    var authFailures: [String: Int] = [:]
+    var httpRequests = 0
+}
+
+/// Everything one event loop owns: its client connections, its subscription registry, its counters.
+/// Only ever touched on its loop's thread (that is what makes the `@unchecked Sendable` sound: other threads
+/// only pass the reference into `loop.execute`).
+final class LoopContext: @unchecked Sendable {
+    let loop: EventLoop
+    unowned(unsafe) var hub: HubCore!
+    var registry: LocalRegistry<ClientConnection>
+    /// Every client connection of this loop, from accept to close, by serial.
+    var clients: [Int: ClientConnection] = [:]
+    /// Loop 0 only: what was published, and the tails.
+    var ledger: PublishLedger?
+    var nextSerial = 1
+    var counters = LoopCounters()
+    var latency = LatencyHistogram()
+    /// Rates over the last 10 s: one sample per second.
+    var rateSamples: [RateSample] = []
+    var busyFraction = 0.0
+    private var lastCPU: UInt64 = 0
+    private var lastCPUWall: UInt64 = 0
+    /// A reusable JSON buffer for replies on this loop.
+    var writer = JSONWriter(reusing: [])
+    /// Precomputed control frames shared by every connection of the hub.
+    let pingFrame = SharedBytes(FrameEncoder.frame(opcode: .ping, payload: []))
+
+    init(loop: EventLoop, channelCount: Int) {
+        self.loop = loop
+        registry = LocalRegistry(channelCount: channelCount)
+    }
+
+    /// Called once on the loop thread after start: the 1-second housekeeping tick.
+    func startHousekeeping() {
+        lastCPU = threadCPUNanos()
+        lastCPUWall = monotonicNanos()
+        _ = loop.scheduleRepeating(every: .seconds(1)) { [self] in
+            let now = monotonicNanos()
+            let cpu = threadCPUNanos()
+            if now > lastCPUWall { busyFraction = min(1, Double(cpu &- lastCPU) / Double(now - lastCPUWall)) }
+            lastCPU = cpu
+            lastCPUWall = now
+            let engine = loop.metrics
+            rateSamples.append(RateSample(at: now, messagesIn: counters.messagesIn, messagesOut: counters.messagesOut,
+                                          bytesIn: engine.bytesIn, bytesOut: engine.bytesOut))
+            if rateSamples.count > 11 { rateSamples.removeFirst(rateSamples.count - 11) }
+            ledger?.sample(now: now)
+        }
+    }
+
+    /// Frames `writer`'s JSON as one text frame and writes it to `connection`.
+    func sendWriterText(to connection: Connection) -> Connection.WriteResult {
+        let payload = writer.bytes
+        return payload.withUnsafeBytes { sendText($0, to: connection) }
+    }
+
+    func sendText(_ payload: UnsafeRawBufferPointer, to connection: Connection) -> Connection.WriteResult {
+        connection.write(Self.frame(opcode: .text, payload))
+    }
+
+    static func frame(opcode: Opcode, _ payload: UnsafeRawBufferPointer, rsv1: Bool = false) -> SharedBytes {
+        let header = FrameEncoder.headerSize(payloadLength: payload.count, masked: false)
+        return SharedBytes(count: header + payload.count) { buffer in
+            _ = FrameEncoder.writeHeader(into: buffer, endingAt: header, opcode: opcode, fin: true, rsv1: rsv1,
+                                         payloadLength: payload.count, maskKey: nil)
+            if payload.count > 0 { (buffer.baseAddress! + header).copyMemory(from: payload.baseAddress!, byteCount: payload.count) }
+        }
+    }
+
+    // MARK: Fan-out
+
+    /// Hands each event to this loop's subscribers. Returns, per event, how many connections accepted it.
+    func deliver(_ batch: EventBatch) -> [Int] {
+        var counts = Array(repeating: 0, count: batch.events.count)
+        var now: UInt64 = 0
+        for (i, event) in batch.events.enumerated() {
+            let subscribers = event.account.map { registry.subscribers(channel: event.channel, account: $0) }
+                ?? registry.subscribers(channel: event.channel)
+            guard !subscribers.isEmpty else { continue }
+            var n = 0
+            for subscriber in subscribers where subscriber.deliver(event.frame) { n += 1 }
+            counts[i] = n
+            if n > 0 {
+                if now == 0 { now = monotonicNanos() }
+                latency.record(now &- event.acceptedAt)
+            }
+        }
+        return counts
+    }
+}
+
+struct RateSample: Sendable {
+    var at: UInt64
+    var messagesIn: Int
+    var messagesOut: Int
+    var bytesIn: Int
+    var bytesOut: Int
+}
+
+/// A loop's fan-out shard: hops to the loop thread, delivers, reports.
+struct LoopShard: FanoutShard {
+    let context: LoopContext
+
+    func deliver(_ batch: EventBatch, done: @escaping @Sendable ([Int]) -> Void) {
+        let context = self.context
+        context.loop.execute {
+            done(context.deliver(batch))
+        }
+    }
+}
+
+/// CPU time of the calling thread.
+func threadCPUNanos() -> UInt64 {
+    var ts = timespec()
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts)
+    return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
+}
+
+/// Carries a loop-bound reference through a `@Sendable` closure that hops back to that same loop before using it
+/// (`loop.execute { box.value... }`). The wrapper is the promise: the value is never touched on another thread.
+struct LoopBound<Value: AnyObject>: @unchecked Sendable {
+    weak var value: Value?
+    init(_ value: Value) { self.value = value }
+}
+
+/// Like `LoopBound`, but keeps the value alive: for state that must outlive its creator's interest in it.
+struct LoopOwned<Value>: @unchecked Sendable {
+    let value: Value
+    init(_ value: Value) { self.value = value }
+}
+
+/// Builds one reply line with a fresh writer.
+func replyLine(_ build: (inout JSONWriter) -> Void) -> [UInt8] {
+    var w = JSONWriter(capacity: 128)
+    build(&w)
+    return w.takeBytes()
+}

@@ -1,0 +1,66 @@
+/// Prometheus text exposition (format 0.0.4) for `GET /metrics`.
+enum MetricsText {
+    static func render(snapshots: [LoopSnapshot], channelNames: [String], maxConnections: Int,
+                       descriptorLimit: Int, openDescriptors: Int) -> String {
+        var total = LoopSnapshot.Totals()
+        var latency = LatencyHistogram()
+        for s in snapshots {
+            total.add(s)
+            if let l = s.latency { latency.merge(l) }
+        }
+        let ledger = snapshots.first?.ledger
+        var out = ""
+        func metric(_ name: String, _ type: String, _ help: String, _ samples: [(labels: String, value: String)]) {
+            out += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n"
+            for s in samples { out += "\(name)\(s.labels) \(s.value)\n" }
+        }
+        func one(_ value: Int) -> [(labels: String, value: String)] { [("", String(value))] }
+        func perChannel(_ values: [Int]) -> [(labels: String, value: String)] {
+            channelNames.enumerated().map { ("{channel=\"\(escape($0.element))\"}", String(values.indices.contains($0.offset) ? values[$0.offset] : 0)) }
+        }
+
+        metric("hub_connections", "gauge", "Open WebSocket connections.", one(total.counters.upgraded))
+        metric("hub_connections_handshaking", "gauge", "TCP connections that have not completed the HTTP handshake.", one(total.counters.handshaking))
+        metric("hub_connection_limit", "gauge", "Client connections beyond which new clients get HTTP 503.", one(maxConnections))
+        var subscribers = Array(repeating: 0, count: channelNames.count)
+        for s in snapshots { for i in subscribers.indices { subscribers[i] += s.subscribersPerChannel[i] } }
+        metric("hub_subscriptions", "gauge", "Subscribed connections per channel.", perChannel(subscribers))
+        metric("hub_messages_in_total", "counter", "WebSocket data messages received from clients.", one(total.counters.messagesIn))
+        metric("hub_messages_out_total", "counter", "WebSocket messages (events and replies) queued to clients.", one(total.counters.messagesOut))
+        metric("hub_bytes_in_total", "counter", "Bytes read from sockets.", one(total.engine.bytesIn))
+        metric("hub_bytes_out_total", "counter", "Bytes written to sockets.", one(total.engine.bytesOut))
+        metric("hub_events_published_total", "counter", "Events accepted on the publish socket, per channel.", perChannel(ledger?.publishedPerChannel ?? []))
+        metric("hub_event_deliveries_total", "counter", "Event copies handed to connections, per channel.", perChannel(ledger?.deliveredPerChannel ?? []))
+        metric("hub_slow_consumer_closes_total", "counter", "Connections closed with 4008 for exceeding the outbound queue cap.", one(total.counters.slowConsumerCloses))
+        metric("hub_rate_limited_total", "counter", "Client messages refused by the rate limit.", one(total.counters.rateLimited))
+        metric("hub_rejected_connections_total", "counter", "Connections refused at the connection or descriptor limit.",
+               one(total.counters.rejectedConnections + total.engine.shedConnections))
+        metric("hub_protocol_errors_total", "counter", "WebSocket connections closed for protocol violations.", one(total.counters.protocolErrors))
+        metric("hub_auth_failures_total", "counter", "Refused tokens by reason.",
+               total.counters.authFailures.sorted { $0.key < $1.key }.map { ("{reason=\"\(escape($0.key))\"}", String($0.value)) })
+        metric("hub_open_fds", "gauge", "Open file descriptors.", one(openDescriptors))
+        metric("hub_max_fds", "gauge", "The open-file limit.", one(descriptorLimit))
+
+        out += "# HELP hub_publish_to_write_seconds Time from publish acceptance to the event being queued for a connection.\n"
+        out += "# TYPE hub_publish_to_write_seconds histogram\n"
+        var cumulative: UInt64 = 0
+        let bounds: [Double] = [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1]
+        var bucketIndex = 0
+        for bound in bounds {
+            let limit = UInt64(bound * 1e9)
+            while bucketIndex < latency.counts.count && LatencyHistogram.upperBound(ofBucket: bucketIndex) <= limit {
+                cumulative += latency.counts[bucketIndex]
+                bucketIndex += 1
+            }
+            out += "hub_publish_to_write_seconds_bucket{le=\"\(bound)\"} \(cumulative)\n"
+        }
+        out += "hub_publish_to_write_seconds_bucket{le=\"+Inf\"} \(latency.total)\n"
+        out += "hub_publish_to_write_seconds_sum \(Double(latency.sumNanoseconds) / 1e9)\n"
+        out += "hub_publish_to_write_seconds_count \(latency.total)\n"
+        return out
+    }
+
+    static func escape(_ s: String) -> String {
+        s.replacing("\\", with: "\\\\").replacing("\"", with: "\\\"").replacing("\n", with: "\\n")
+    }
+}

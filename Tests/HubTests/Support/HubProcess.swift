@@ -1,0 +1,141 @@
+import Foundation
+import Glibc
+@testable import Hub
+
+/// Runs the real `hub` binary for an integration test: its own temp dir (socket, state dir), a free port,
+/// the startup line parsed from stderr. Stopped (SIGKILL if need be) when the test drops it.
+final class HubProcess: @unchecked Sendable {
+    let process = Process()
+    let directory: String
+    let socketPath: String
+    let stateDirectory: String
+    let logPath: String
+    private(set) var port = 0
+    private(set) var startupLine = ""
+
+    /// The built `hub` executable next to the test bundle (`swift build --build-tests` builds it).
+    static var executablePath: String {
+        let candidates = [
+            URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("hub").path,
+            URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+                .deletingLastPathComponent().appendingPathComponent(".build/debug/hub").path,
+        ]
+        return candidates.first { FileManager.default.isExecutableFile(atPath: $0) } ?? candidates[0]
+    }
+
+    static var hubctlPath: String {
+        URL(fileURLWithPath: executablePath).deletingLastPathComponent().appendingPathComponent("hubctl").path
+    }
+
+    init(_ arguments: [String] = [], environment: [String: String] = [:], threads: Int = 2) throws {
+        directory = NSTemporaryDirectory() + "hubtest-" + UUID().uuidString.prefix(8)
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        socketPath = directory + "/hub.sock"
+        stateDirectory = directory + "/state"
+        logPath = directory + "/hub.log"
+        _ = FileManager.default.createFile(atPath: logPath, contents: nil)
+        process.executableURL = URL(fileURLWithPath: Self.executablePath)
+        process.arguments = ["--listen", "127.0.0.1:0", "--socket", socketPath, "--state-dir", stateDirectory,
+                             "--threads", String(threads)] + arguments
+        var env = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("HUB_") }
+        env.merge(environment) { $1 }
+        process.environment = env
+        process.standardError = FileHandle(forWritingAtPath: logPath)
+        process.standardOutput = FileHandle(forWritingAtPath: "/dev/null")
+        try process.run()
+        let deadline = Date().addingTimeInterval(20)
+        while Date() < deadline {
+            if let line = log.split(separator: "\n").first(where: { $0.contains("listening on ws://") }) {
+                startupLine = String(line)
+                let afterScheme = line.split(separator: "ws://", maxSplits: 1)[1]
+                let hostPort = afterScheme.split(separator: "/", maxSplits: 1)[0]
+                port = Int(hostPort.split(separator: ":").last!)!
+                return
+            }
+            if !process.isRunning { break }
+            usleep(20_000)
+        }
+        let output = log
+        stop()
+        throw HubTestError("hub did not start: \(output)")
+    }
+
+    deinit {
+        stop()
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    /// Everything the hub logged so far.
+    var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
+
+    /// Sends `signal` and waits (bounded) for the exit; returns the exit status, or nil if it had to be killed.
+    @discardableResult
+    func stop(signal: Int32 = SIGTERM, timeout: Double = 10) -> Int32? {
+        guard process.isRunning else { return process.terminationStatus }
+        kill(process.processIdentifier, signal)
+        let deadline = Date().addingTimeInterval(timeout)
+        while process.isRunning && Date() < deadline { usleep(10_000) }
+        if process.isRunning {
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+            return nil
+        }
+        return process.terminationStatus
+    }
+
+    /// The generated HS256 secret (the zero-configuration path).
+    func secret() throws -> [UInt8] {
+        try SecretFile.read(path: stateDirectory + "/jwt-secret").secret
+    }
+
+    /// An HS256 token for `account` signed with the hub's generated secret.
+    func token(_ account: String, ttl: Int64 = 900, now: Int64 = Int64(time(nil))) throws -> String {
+        try JWTSigner(key: .hmacSecret(secret())).sign(JWTClaims(sub: account, exp: now + ttl, iat: now))
+    }
+
+    /// Opens a WebSocket to `/ws` authenticated as `account` and subscribed to `channels`.
+    func client(_ account: String, channels: [String] = [], headers: [(String, String)] = []) throws -> TestWebSocket {
+        let ws = try TestWebSocket.connect(port: port, headers: [("Authorization", "Bearer \(try token(account))")] + headers)
+        if !channels.isEmpty {
+            try ws.send(json: ["type": "subscribe", "channels": channels, "id": "sub"])
+            let reply = try ws.nextJSON()
+            guard reply["type"] as? String == "subscribed" else { throw HubTestError("subscribe failed: \(reply)") }
+        }
+        return ws
+    }
+
+    /// A connection to the Unix socket.
+    func admin() throws -> AdminClient { try AdminClient(socketPath: socketPath) }
+
+    /// Publishes one event and returns the parsed reply.
+    func publish(channel: String, account: String?, type: String = "test_event", data: String = "{}") throws -> [String: Any] {
+        let target = account.map { "\"account\":\(jsonString($0))" } ?? "\"broadcast\":true"
+        let line = "{\"op\":\"publish\",\"channel\":\(jsonString(channel)),\(target),\"type\":\(jsonString(type)),\"data\":\(data)}"
+        return try request(line)
+    }
+
+    func request(_ line: String) throws -> [String: Any] {
+        let client = try admin()
+        let reply = try client.request(line)
+        return try JSONSerialization.jsonObject(with: Data(reply)) as? [String: Any] ?? [:]
+    }
+}
+
+struct HubTestError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+func jsonString(_ s: String) -> String {
+    String(decoding: try! JSONSerialization.data(withJSONObject: s, options: .fragmentsAllowed), as: UTF8.self)
+}
+
+/// Waits until `condition` holds or `timeout` passes.
+func eventually(timeout: Double = 5, _ condition: () throws -> Bool) rethrows -> Bool {
+    let deadline = Date().addingTimeInterval(timeout)
+    while Date() < deadline {
+        if try condition() { return true }
+        usleep(10_000)
+    }
+    return try condition()
+}
