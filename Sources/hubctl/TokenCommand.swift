@@ -7,10 +7,11 @@ enum TokenCommand {
         usage: hubctl token ACCOUNT [--ttl 15m] [--secret-file F] [--state-dir D] [--json]
 
         Mint an HS256 test token for ACCOUNT (claims sub, iat, exp) with the hub's secret, and print only the
-        token. TTL: 90s, 15m, 2h, 1d or plain seconds (default 15m, at most 3650d). The secret is read from --secret-file,
+        token. TTL: 90s, 15m, 2h, 1d or plain seconds (default 15m, at most 366d). The secret is read from --secret-file,
         else $HUB_JWT_SECRET_FILE, else STATE_DIR/jwt-secret, where STATE_DIR is --state-dir, else
         $HUB_STATE_DIR, else ./.hub-state (the hub creates the secret there on its first start). Surrounding
-        whitespace in the file is ignored. Does not contact the hub.
+        whitespace in the file is ignored; like the hub, hubctl refuses secrets under 32 bytes (RFC 7518).
+        Does not contact the hub.
         With --json: {"token":"...","account":"acc_1","expiresAt":1700000900}.
 
         examples:
@@ -22,7 +23,7 @@ enum TokenCommand {
         let account = context.args.positionals[0]
         guard !account.isEmpty else { throw context.usage("ACCOUNT must not be empty") }
         let ttlText = context.value("ttl") ?? "15m"
-        guard let ttl = DevToken.parseTTL(ttlText) else {
+        guard let ttl = JWTClaims.parseTTL(ttlText) else {
             throw context.usage("--ttl \"\(ttlText)\" is not a duration: use 90s, 15m, 2h, 1d or seconds")
         }
         let env = context.environment
@@ -39,13 +40,19 @@ enum TokenCommand {
         guard FileManager.default.fileExists(atPath: path) else {
             throw .input("no secret file at \(path): start the hub once to create it, or pass --secret-file")
         }
-        guard let contents = FileManager.default.contents(atPath: path) else {
-            throw .input("cannot read the secret file \(path) (permission denied?)")
+        let secret: [UInt8]
+        do {
+            secret = try SecretFile.read(path: path).secret
+        } catch {
+            throw .input("cannot use the secret file: \(error)")
         }
-        let secret = DevToken.secret(fromFileContents: Array(contents))
-        guard !secret.isEmpty else { throw .input("the secret file \(path) is empty") }
-        let issuedAt = Int(now())
-        let token = DevToken.mint(account: account, ttl: ttl, secret: secret, now: issuedAt)
+        let issuedAt = Int64(now())
+        let token: String
+        do {
+            token = try JWTSigner(key: .hmacSecret(secret)).sign(JWTClaims(sub: account, exp: issuedAt + ttl, iat: issuedAt))
+        } catch {
+            throw .input("cannot sign with the secret in \(path): \(error)")
+        }
         if context.json {
             print(#"{"token":"\#(token)","account":\#(AdminClient.jsonString(account)),"expiresAt":\#(issuedAt + ttl)}"#)
         } else {

@@ -10,7 +10,7 @@ import Testing
         return Data(base64Encoded: s)
     }
 
-    /// HMAC-SHA256 computed here with OpenSSL's one-shot EVP API, independent of DevToken's code.
+    /// HMAC-SHA256 computed here with OpenSSL's one-shot EVP API, independent of JWTSigner's code.
     static func referenceHMAC(key: [UInt8], message: [UInt8]) -> [UInt8] {
         var out = [UInt8](repeating: 0, count: 32)
         var length = 32
@@ -24,52 +24,31 @@ import Testing
         return out
     }
 
-    @Test func hmacMatchesRFC4231() {
-        // RFC 4231 test case 2.
-        let mac = DevToken.hmacSHA256(key: Array("Jefe".utf8), message: Array("what do ya want for nothing?".utf8))
-        #expect(mac.map { String(format: "%02x", $0) }.joined()
-                == "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843")
+    @Test func shortSecretIsRefusedLikeTheHubDoes() throws {
+        let dir = "/tmp/hubctl-token-short-\(getpid())"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        try Data("short\n".utf8).write(to: URL(fileURLWithPath: dir + "/jwt-secret"))
+        let run = try HubctlRun.run(["token", "acc_1"], environment: ["HUB_STATE_DIR": dir])
+        #expect(run.code == 4)
+        #expect(run.stderr.contains("at least 32"), "\(run.stderr)")
     }
 
-    @Test func mintedTokenVerifies() throws {
-        let secret = Array("s3cret-for-tests".utf8)
-        let token = DevToken.mint(account: "acc_\"1\"", ttl: 900, secret: secret, now: 1_700_000_000)
-        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
-        try #require(parts.count == 3)
-        #expect(!token.contains("=") && !token.contains("+") && !token.contains("/"))
-        let signature = try #require(Self.base64URLDecode(parts[2]))
-        #expect(Array(signature) == Self.referenceHMAC(key: secret, message: Array("\(parts[0]).\(parts[1])".utf8)))
-        let header = try #require(try JSONSerialization.jsonObject(with: Self.base64URLDecode(parts[0])!) as? [String: Any])
-        #expect(header["alg"] as? String == "HS256")
-        #expect(header["typ"] as? String == "JWT")
-        let claims = try #require(try JSONSerialization.jsonObject(with: Self.base64URLDecode(parts[1])!) as? [String: Any])
-        #expect(claims["sub"] as? String == "acc_\"1\"")
-        #expect(claims["iat"] as? Int == 1_700_000_000)
-        #expect(claims["exp"] as? Int == 1_700_000_900)
-    }
-
-    @Test(arguments: [
-        ("90s", 90), ("15m", 900), ("2h", 7200), ("1d", 86400), ("600", 600), ("1", 1), ("3650d", 315_360_000),
-    ])
-    func ttlParses(text: String, seconds: Int) {
-        #expect(DevToken.parseTTL(text) == seconds)
-    }
-
-    @Test(arguments: ["", "0", "0s", "-5", "15x", "m", "1.5h", " 15m", "15 m", "1e3", "99999999999999999999d", "99999999999999d", "3651d", "15mm"])
-    func ttlRejects(text: String) {
-        #expect(DevToken.parseTTL(text) == nil)
-    }
-
-    @Test func secretFileWhitespaceIsIgnored() {
-        #expect(DevToken.secret(fromFileContents: Array("  abc def \n\n".utf8)) == Array("abc def".utf8))
-        #expect(DevToken.secret(fromFileContents: Array(" \n".utf8)).isEmpty)
+    @Test func ttlIsParsedBySharedRules() throws {
+        let dir = "/tmp/hubctl-token-ttl-\(getpid())"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        try Data(String(repeating: "k", count: 40).utf8).write(to: URL(fileURLWithPath: dir + "/jwt-secret"))
+        #expect(try HubctlRun.run(["token", "a", "--ttl", "366d"], environment: ["HUB_STATE_DIR": dir]).code == 0)
+        let tooLong = try HubctlRun.run(["token", "a", "--ttl", "367d"], environment: ["HUB_STATE_DIR": dir])
+        #expect(tooLong.code == 2 && tooLong.stderr.contains("--ttl"))
     }
 
     @Test func cliPrintsOnlyTheToken() throws {
         let dir = "/tmp/hubctl-token-\(getpid())"
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        try Data("  topsecret\n".utf8).write(to: URL(fileURLWithPath: dir + "/jwt-secret"))
+        try Data("  topsecret-topsecret-topsecret-32b\n".utf8).write(to: URL(fileURLWithPath: dir + "/jwt-secret"))
         let before = Int(Date().timeIntervalSince1970)
         let run = try HubctlRun.run(["token", "acc_1", "--ttl", "2h"], environment: ["HUB_STATE_DIR": dir])
         #expect(run.code == 0, "\(run.stderr)")
@@ -77,7 +56,7 @@ import Testing
         #expect(run.stdout == token + "\n" && !token.contains(" "))
         let parts = token.split(separator: ".")
         try #require(parts.count == 3)
-        #expect(Array(Self.base64URLDecode(parts[2])!) == Self.referenceHMAC(key: Array("topsecret".utf8),
+        #expect(Array(Self.base64URLDecode(parts[2])!) == Self.referenceHMAC(key: Array("topsecret-topsecret-topsecret-32b".utf8),
                                                                           message: Array("\(parts[0]).\(parts[1])".utf8)))
         let claims = try #require(try JSONSerialization.jsonObject(with: Self.base64URLDecode(parts[1])!) as? [String: Any])
         let iat = try #require(claims["iat"] as? Int)
@@ -86,7 +65,7 @@ import Testing
         #expect(claims["sub"] as? String == "acc_1")
 
         // --secret-file beats $HUB_JWT_SECRET_FILE beats the state dir; --json shape.
-        try Data("other".utf8).write(to: URL(fileURLWithPath: dir + "/other"))
+        try Data("other-other-other-other-other-32b".utf8).write(to: URL(fileURLWithPath: dir + "/other"))
         let json = try HubctlRun.run(["token", "acc_2", "--json", "--secret-file", dir + "/other"],
                                      environment: ["HUB_JWT_SECRET_FILE": dir + "/missing", "HUB_STATE_DIR": dir])
         #expect(json.code == 0, "\(json.stderr)")
@@ -94,7 +73,7 @@ import Testing
         #expect(object["account"] as? String == "acc_2")
         let minted = try #require(object["token"] as? String)
         let mintedParts = minted.split(separator: ".")
-        #expect(Array(Self.base64URLDecode(mintedParts[2])!) == Self.referenceHMAC(key: Array("other".utf8),
+        #expect(Array(Self.base64URLDecode(mintedParts[2])!) == Self.referenceHMAC(key: Array("other-other-other-other-other-32b".utf8),
                 message: Array("\(mintedParts[0]).\(mintedParts[1])".utf8)))
         let exp = try #require(object["expiresAt"] as? Int)
         #expect(exp >= before + 900 && exp <= before + 905, "default TTL is 15m")
