@@ -41,10 +41,7 @@ struct JWTAuthMiddleware: RouterMiddleware {
 
 enum JSONText {
     /// A Swift string as a JSON string literal.
-    static func quote(_ s: String) -> String {
-        let data = try! JSONSerialization.data(withJSONObject: s, options: [.fragmentsAllowed, .withoutEscapingSlashes])
-        return String(decoding: data, as: UTF8.self)
-    }
+    static func quote(_ s: String) -> String { RawJSON.quote(s) }
 
     /// Any JSON value (as decoded by JSONSerialization) back to text.
     static func encode(_ value: Any) -> String? {
@@ -121,7 +118,8 @@ private func clientError(_ idSuffix: String?, _ code: String, _ message: String)
 
 /// One publish request (one JSON object) → one reply line (without the newline).
 func publish(line: some Sequence<UInt8>, registry: Registry) -> (reply: String, ok: Bool) {
-    guard let object = try? JSONSerialization.jsonObject(with: Data(line)) as? [String: Any] else {
+    let line = Data(line)
+    guard let object = try? JSONSerialization.jsonObject(with: line) as? [String: Any] else {
         return (JSONText.error("INVALID_JSON", "not a JSON object"), false)
     }
     guard let channel = object["channel"] as? String, !channel.isEmpty else {
@@ -135,7 +133,15 @@ func publish(line: some Sequence<UInt8>, registry: Registry) -> (reply: String, 
     if account != nil && broadcast || account == nil && !broadcast || account?.isEmpty == true {
         return (JSONText.error("INVALID_REQUEST", "exactly one of account or \"broadcast\":true is required"), false)
     }
-    guard let data = JSONText.encode(object["data"] ?? NSNull()) else {
+    // `data` byte for byte from the (validated) line, like the hub; `null` when absent.
+    let data: String
+    if object["data"] == nil {
+        data = "null"
+    } else if let range = line.withUnsafeBytes({ RawJSON.rawMember("data", in: $0) }) {
+        data = String(decoding: line[range], as: UTF8.self)
+    } else if let encoded = JSONText.encode(object["data"]!) {
+        data = encoded
+    } else {
         return (JSONText.error("INVALID_REQUEST", "data is not encodable"), false)
     }
     let head = "{\"type\":\(JSONText.quote(type)),\"channel\":\(JSONText.quote(channel)),\"seq\":"
