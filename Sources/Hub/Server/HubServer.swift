@@ -104,7 +104,10 @@ public final class HubServer: Sendable {
                 description = "HS256 (secret file \(path))"
             } else {
                 loaded = try SecretFile.loadOrCreate(stateDirectory: c.stateDirectory)
-                description = "HS256 (secret file \(loaded.path)\(loaded.created ? ", generated now: mint tokens with `hubctl token ACCOUNT`" : ""))"
+                description = "HS256 (secret file \(loaded.path))"
+                if loaded.created {
+                    log("no JWT secret configured: generated a random one in \(loaded.path) (mode 0600); mint tokens with `hubctl token ACCOUNT`")
+                }
             }
             if loaded.groupOrWorldReadable {
                 log("warning: \(loaded.path) is readable by other users; chmod 600 it")
