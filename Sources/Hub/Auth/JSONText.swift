@@ -47,29 +47,10 @@ enum JSONText {
         }
     }
 
-    /// A JSON string literal, quotes included, escaping `"`, `\`, and all control characters.
+    /// A JSON string literal, quotes included: the hub's one JSON escaper (`JSONWriter.string`).
     static func quote(_ text: String) -> String {
-        var out = "\""
-        out.reserveCapacity(text.utf8.count + 2)
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case "\u{08}": out += "\\b"
-            case "\u{0C}": out += "\\f"
-            default:
-                if scalar.value < 0x20 || scalar.value == 0x2028 || scalar.value == 0x2029 {
-                    let hex = String(scalar.value, radix: 16, uppercase: false)
-                    out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-                } else {
-                    out.unicodeScalars.append(scalar)
-                }
-            }
-        }
-        out += "\""
-        return out
+        var w = JSONWriter(capacity: text.utf8.count + 8)
+        w.string(text)
+        return String(decoding: w.takeBytes(), as: UTF8.self)
     }
 }
