@@ -109,8 +109,9 @@ import Testing
     }
 
     /// Runs echo.py against a hub started with --echo and checks that every check it must report is there and ok.
-    static func runEcho(skip: String, expecting checks: [String]) throws {
+    static func runEcho(only group: String, expecting checks: [String]) throws {
         try PythonPeer.requireAvailable()
+        let skip = ["websockets", "deflate-offers", "raw"].filter { $0 != group }.joined(separator: ",")
         let hub = try HubProcess(["--echo"])
         let echo = try PythonPeer.run("echo.py", ["--url", "ws://127.0.0.1:\(hub.port)/echo", "--timeout", "10", "--skip", skip])
         let status = echo.wait(timeout: 30)
@@ -134,9 +135,20 @@ import Testing
     @Test(.enabled(if: PythonPeer.enabled, PythonPeer.skipReason))
     func echoWithPermessageDeflateFromWebsockets() throws {
         let sizes = [0, 1024, 1 << 20, 4 << 20]
-        try Self.runEcho(skip: "raw", expecting: ["deflate-negotiated"]
+        try Self.runEcho(only: "websockets", expecting: ["deflate-negotiated"]
             + sizes.flatMap { ["echo-text-\($0)", "echo-binary-\($0)"] }
             + ["fragmented-text", "fragmented-binary", "ping-pong-websockets", "close-1000-websockets"])
+    }
+
+    /// Every permessage-deflate parameter (RFC 7692 section 7) offered by websockets: no-context-takeover either
+    /// way, max window bits either way, all at once. websockets checks the hub's answer strictly (a parameter
+    /// it did not offer, or a window larger than asked, fails the handshake); messages round-trip under each.
+    @Test(.enabled(if: PythonPeer.enabled, PythonPeer.skipReason))
+    func echoNegotiatesEachDeflateParameter() throws {
+        try Self.runEcho(only: "deflate-offers", expecting: [
+            "no-params", "server-no-context-takeover", "client-no-context-takeover", "server-max-window-bits-9",
+            "server-max-window-bits-12", "client-max-window-bits-9", "all",
+        ].map { "deflate-offer-\($0)" })
     }
 
     /// Frames a library will not send, from a raw Python socket: exact ping/pong payloads, a ping between the
@@ -144,9 +156,119 @@ import Testing
     /// (plain, an encoded surrogate, and split across fragments) closed with 1007.
     @Test(.enabled(if: PythonPeer.enabled, PythonPeer.skipReason))
     func echoConformanceFromARawSocket() throws {
-        try Self.runEcho(skip: "websockets", expecting: [
+        try Self.runEcho(only: "raw", expecting: [
             "ping-pong-raw", "ping-between-fragments-raw", "close-1000-raw", "close-4321-raw",
             "invalid-utf8-raw", "invalid-utf8-surrogate-raw", "invalid-utf8-fragmented-raw",
         ])
+    }
+
+    // MARK: More of what an app sees
+
+    /// Runs client.py to completion (for the refusal checks) and returns it.
+    static func runClient(_ hub: HubProcess, _ arguments: [String]) throws -> InteropProcess {
+        let client = try PythonPeer.run("client.py", ["--url", "ws://127.0.0.1:\(hub.port)/ws", "--timeout", "5"] + arguments)
+        _ = client.wait(timeout: 10)
+        return client
+    }
+
+    static func stderrJSON(_ client: InteropProcess, _ tag: String) -> [String: Any] {
+        guard let line = client.stderrLines.first(where: { $0.hasPrefix(tag + " ") }) else { return [:] }
+        return (try? JSONSerialization.jsonObject(with: Data(line.dropFirst(tag.count + 1).utf8))) as? [String: Any] ?? [:]
+    }
+
+    /// What websockets sees of refused handshakes: the status and the backend-style JSON body the app branches
+    /// on (refresh the token on ErrAccessTokenExpired, log out on UNAUTHORIZED); and the header winning over
+    /// the query parameter when both are present.
+    @Test(.enabled(if: PythonPeer.enabled, PythonPeer.skipReason))
+    func refusalsAndTokenPrecedenceAsWebsocketsSeesThem() throws {
+        try PythonPeer.requireAvailable()
+        let hub = try HubProcess()
+        let good = try hub.token("acc_1")
+        let expired = try hub.token("acc_1", ttl: -120)
+        // The same claims with one signature character changed.
+        let signatureStart = good.index(after: good.lastIndex(of: ".")!)
+        let forged = String(good[..<signatureStart]) + (good[signatureStart] == "A" ? "B" : "A") + String(good[good.index(after: signatureStart)...])
+
+        func refusal(_ arguments: [String]) throws -> (status: Int?, code: String?) {
+            let client = try Self.runClient(hub, arguments)
+            #expect(client.process.terminationStatus == 4, "\(client.summary)")
+            let refused = Self.stderrJSON(client, "refused")
+            let body = (refused["body"] as? String).flatMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) } as? [String: Any]
+            return (refused["status"] as? Int, (body?["error"] as? [String: Any])?["code"] as? String)
+        }
+        #expect(try refusal(["--token", expired]) == (401, "ErrAccessTokenExpired"))
+        #expect(try refusal(["--token", forged]) == (401, "UNAUTHORIZED"))
+        #expect(try refusal(["--token", expired, "--auth", "query"]) == (401, "ErrAccessTokenExpired"))
+        // Both given: the header decides, whichever way round.
+        #expect(try refusal(["--token", forged, "--auth", "both", "--query-token", good]) == (401, "UNAUTHORIZED"))
+        let accepted = try Self.runClient(hub, ["--token", good, "--auth", "both", "--query-token", forged,
+                                                "--subscribe", "wallet_updates", "--count", "1"])
+        #expect(accepted.process.terminationStatus == 0, "\(accepted.summary)")
+        #expect(accepted.stdoutLines == [#"{"type":"subscribed","channels":["wallet_updates"],"id":"py"}"#], "\(accepted.summary)")
+    }
+
+    /// Events whose frames need each WebSocket length encoding (7-bit, 16-bit, 64-bit; at the boundaries 125,
+    /// 126, 65535, 65536) and one near the default 256 KiB event limit, read by websockets byte for byte.
+    @Test(.enabled(if: PythonPeer.enabled, PythonPeer.skipReason))
+    func eventsAtFrameLengthBoundariesArriveIntact() throws {
+        try PythonPeer.requireAvailable()
+        let hub = try HubProcess()
+        let payloadSizes = [125, 126, 65535, 65536, 250_000]
+        let client = try Self.startClient(hub, count: 1 + payloadSizes.count)
+        var expected: [String] = []
+        for (i, size) in payloadSizes.enumerated() {
+            let empty = Self.frame("big", seq: i + 1, data: #"{"s":""}"#).utf8.count
+            let data = #"{"s":"\#(String(repeating: "y", count: size - empty))"}"#
+            let reply = try hub.publish(channel: "wallet_updates", account: "acc_1", type: "big", data: data)
+            #expect(reply["delivered"] as? Int == 1, "\(reply)")
+            expected.append(Self.frame("big", seq: i + 1, data: data))
+            #expect(expected.last?.utf8.count == size)
+        }
+        #expect(client.wait(timeout: 10) == 0, "\(client.summary.prefix(2000))")
+        let got = Array(client.stdoutLines.dropFirst())
+        #expect(got.map(\.utf8.count) == payloadSizes)
+        #expect(got == expected)
+    }
+
+    /// The hub's heartbeat pings (every second here) are answered by websockets, so the connection outlives
+    /// several pong timeouts; then the token's expiry: `token_expiring`, and close 4001 ErrAccessTokenExpired.
+    @Test(.enabled(if: PythonPeer.enabled, PythonPeer.skipReason))
+    func heartbeatsAnsweredThenTokenExpiryCloses4001() throws {
+        try PythonPeer.requireAvailable()
+        let hub = try HubProcess(["--ping-interval", "1s", "--pong-timeout", "1s", "--token-warning", "2s", "--jwt-leeway", "0"])
+        let started = Date()
+        let client = try PythonPeer.run("client.py", [
+            "--url", "ws://127.0.0.1:\(hub.port)/ws", "--token", try hub.token("acc_1", ttl: 3),
+            "--subscribe", "wallet_updates", "--count", "10", "--timeout", "8",
+        ])
+        #expect(client.wait(timeout: 10) == 3, "closed by the hub: \(client.summary)")
+        let lifetime = Date().timeIntervalSince(started)
+        #expect(client.stdoutLines.count == 2, "\(client.summary)")
+        #expect(client.stdoutLines.last?.hasPrefix(#"{"type":"token_expiring","expiresIn":"#) == true, "\(client.summary)")
+        let closed = Self.stderrJSON(client, "closed")
+        #expect(closed["code"] as? Int == 4001, "\(client.summary)")
+        #expect(closed["reason"] as? String == "ErrAccessTokenExpired", "\(client.summary)")
+        #expect(lifetime > 2, "outlived two ping intervals (\(lifetime) s)")
+    }
+
+    /// Hub-initiated closes as websockets receives them: an operator's disconnect with an application code and
+    /// a UTF-8 reason of the maximum 123 bytes, and SIGTERM's 1001 (after which the hub exits 0).
+    @Test(.enabled(if: PythonPeer.enabled, PythonPeer.skipReason))
+    func operatorDisconnectAndShutdownCloseCodes() throws {
+        try PythonPeer.requireAvailable()
+        let hub = try HubProcess()
+        let reason = String(repeating: "\u{E9}", count: 61) + "!"  // 123 bytes
+        #expect(reason.utf8.count == 123)
+        let first = try Self.startClient(hub, count: 10)
+        let run = try LiveHub.hubctl(["--socket", hub.socketPath, "disconnect", "--account", "acc_1", "--code", "4321", "--reason", reason])
+        #expect(run.status == 0, "\(run.summary)")
+        #expect(first.wait(timeout: 10) == 3, "\(first.summary)")
+        #expect(Self.stderrJSON(first, "closed")["code"] as? Int == 4321, "\(first.summary)")
+        #expect(Self.stderrJSON(first, "closed")["reason"] as? String == reason, "\(first.summary)")
+
+        let second = try Self.startClient(hub, account: "acc_2", count: 10)
+        #expect(hub.stop() == 0, "\(hub.log)")
+        #expect(second.wait(timeout: 10) == 3, "\(second.summary)")
+        #expect(Self.stderrJSON(second, "closed")["code"] as? Int == 1001, "\(second.summary)")
     }
 }

@@ -4,12 +4,13 @@
 Connects to the hub's /ws like the mobile app does, subscribes, and prints every message it receives, one per
 line on stdout, exactly as received (the hub's messages are one-line JSON texts; a binary message, which the hub
 never sends on /ws, is printed as {"binary": "<hex>"}). Exits 0 after --count messages (the `subscribed` reply
-counts), 2 on timeout, 3 when the connection closes first.
+counts), 2 on timeout, 3 when the connection closes first, 4 when the hub refuses the handshake.
 
 On stderr, one line after the handshake:
     handshake {"status": 101, "extensions": [...], "extensionsHeader": "..."}
 and on exit:
     closed {"code": ..., "reason": ...}      (when the hub closed the connection)
+    refused {"status": 401, "body": "..."}   (when the hub answered the handshake with an HTTP error)
 
 Run by Tests/HubTests/Interop*.swift; usable by hand:
     python3 Tests/python/client.py --url ws://127.0.0.1:8080/ws --token "$TOKEN" --subscribe wallet_updates
@@ -22,6 +23,7 @@ import urllib.parse
 
 import websockets
 from websockets.asyncio.client import connect  # the asyncio implementation (websockets >= 13)
+from websockets.exceptions import InvalidStatus
 
 
 def log(tag, obj):
@@ -31,11 +33,11 @@ def log(tag, obj):
 async def run(args):
     url = args.url
     headers = {}
-    if args.auth == "header":
+    if args.auth in ("header", "both"):
         headers["Authorization"] = "Bearer " + args.token
-    else:  # browser style: browsers cannot set headers on a WebSocket
+    if args.auth in ("query", "both"):  # browser style: browsers cannot set headers on a WebSocket
         separator = "&" if "?" in url else "?"
-        url += separator + "access_token=" + urllib.parse.quote(args.token, safe="")
+        url += separator + "access_token=" + urllib.parse.quote(args.query_token or args.token, safe="")
     if args.platform:
         headers["X-Platform"] = args.platform
     if args.app_version:
@@ -43,14 +45,19 @@ async def run(args):
 
     out = sys.stdout.buffer
     received = 0
-    async with connect(
-        url,
-        additional_headers=headers,
-        compression="deflate" if args.compression == "deflate" else None,
-        max_size=None,
-        open_timeout=args.timeout,
-        ping_interval=None,
-    ) as ws:
+    try:
+        ws = await connect(
+            url,
+            additional_headers=headers,
+            compression="deflate" if args.compression == "deflate" else None,
+            max_size=None,
+            open_timeout=args.timeout,
+            ping_interval=None,
+        )
+    except InvalidStatus as e:
+        log("refused", {"status": e.response.status_code, "body": e.response.body.decode("utf-8", "replace")})
+        return 4
+    async with ws:
         log("handshake", {
             "status": ws.response.status_code,
             "extensions": [e.name for e in ws.protocol.extensions],
@@ -84,8 +91,9 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--url", required=True, help="ws://127.0.0.1:PORT/ws")
     p.add_argument("--token", required=True)
-    p.add_argument("--auth", choices=["header", "query"], default="header",
-                   help="Authorization: Bearer header (app) or ?access_token= (browser)")
+    p.add_argument("--auth", choices=["header", "query", "both"], default="header",
+                   help="Authorization: Bearer header (app), ?access_token= (browser), or both")
+    p.add_argument("--query-token", default="", help="with --auth both: the token in the query (default --token)")
     p.add_argument("--subscribe", default="", help="comma-separated channels")
     p.add_argument("--platform", default="")
     p.add_argument("--app-version", default="")

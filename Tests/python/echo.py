@@ -86,6 +86,38 @@ async def with_websockets(url, timeout):
                f"hub's close: {rcvd.code if rcvd else None} {rcvd.reason if rcvd else None!r}")
 
 
+async def deflate_parameters(url, timeout):
+    """Each permessage-deflate parameter of RFC 7692 offered by websockets: the hub's answer must be one
+    websockets accepts, and messages must still round-trip (with repeats at distances up to the window size)."""
+    from websockets.extensions.permessage_deflate import ClientPerMessageDeflateFactory as Offer
+
+    offers = {
+        "no-params": Offer(),
+        "server-no-context-takeover": Offer(server_no_context_takeover=True),
+        "client-no-context-takeover": Offer(client_no_context_takeover=True),
+        "server-max-window-bits-9": Offer(server_max_window_bits=9),
+        "server-max-window-bits-12": Offer(server_max_window_bits=12),
+        "client-max-window-bits-9": Offer(client_max_window_bits=9),
+        "all": Offer(server_no_context_takeover=True, client_no_context_takeover=True,
+                     server_max_window_bits=10, client_max_window_bits=10),
+    }
+    rng = random.Random(11)
+    for name, offer in offers.items():
+        check = f"deflate-offer-{name}"
+        try:
+            async with connect(url, extensions=[offer], compression=None, max_size=None, ping_interval=None,
+                               open_timeout=timeout, close_timeout=timeout) as ws:
+                header = ws.response.headers.get("Sec-WebSocket-Extensions")
+                same = True
+                for _ in range(2):  # twice: context takeover (or not) between messages
+                    for message in [text_of_size(20000), rng.randbytes(300) * 40, bytes(50000), "x"]:
+                        await ws.send(message)
+                        same = same and await asyncio.wait_for(ws.recv(), timeout) == message
+                report(check, same and header is not None, f"hub answered {header!r}")
+        except Exception as e:
+            report(check, False, f"{type(e).__name__}: {e}")
+
+
 class Raw:
     """A minimal RFC 6455 client on a plain socket: sends exactly the frames it is told to."""
 
@@ -226,7 +258,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--url", required=True, help="ws://127.0.0.1:PORT/echo")
     p.add_argument("--timeout", type=float, default=10.0)
-    p.add_argument("--skip", default="", help="comma-separated groups to skip: websockets, raw")
+    p.add_argument("--skip", default="", help="comma-separated groups to skip: websockets, deflate-offers, raw")
     args = p.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     if "websockets" not in skip:
@@ -234,6 +266,8 @@ def main():
             asyncio.run(with_websockets(args.url, args.timeout))
         except Exception as e:
             report("websockets-session", False, f"{type(e).__name__}: {e}")
+    if "deflate-offers" not in skip:
+        asyncio.run(deflate_parameters(args.url, args.timeout))
     if "raw" not in skip:
         raw_checks(args.url, args.timeout)
     sys.exit(0 if results and all(results) else 1)
