@@ -321,4 +321,130 @@ struct HubctlResult {
         #expect(gone.status == 3, "\(gone.summary)")
         #expect(gone.stderr.contains(live.hub.socketPath), "\(gone.summary)")
     }
+
+    // MARK: More commands and the counts after connections go away
+
+    @Test func publishDataFromStdinAndFileAndBroadcast() throws {
+        let live = try LiveHub()
+        // stdin: line breaks become spaces, surrounding whitespace is trimmed, the rest is as typed.
+        let stdin = try InteropProcess(HubProcess.hubctlPath, ["--socket", live.hub.socketPath, "publish", "wallet_updates",
+                                                                 "--account", "acc_2", "--type", "from_stdin", "-"],
+                                       stdin: "\n  {\n  \"a\" : [1,\n 2]\n}\n\n")
+        #expect(stdin.wait() == 0, "\(stdin.summary)")
+        #expect(stdin.stdout == "published seq 2, delivered to 1 connection\n", "\(stdin.summary)")
+        #expect(try live.other.nextText() == LiveHub.frame("from_stdin", seq: 2, data: #"{   "a" : [1,  2] }"#))
+
+        let file = live.hub.directory + "/event.json"
+        try Data(#"{"from":"file","n":1.0}"#.utf8).write(to: URL(fileURLWithPath: file))
+        let fromFile = try live.hubctl(["publish", "profile_updates", "--account", "acc_1", "--type", "from_file", "--data-file", file])
+        #expect(fromFile.status == 0, "\(fromFile.summary)")
+        #expect(fromFile.stdout == "published seq 1, delivered to 1 connection\n", "\(fromFile.summary)")
+        #expect(try live.android.nextText() == LiveHub.frame("from_file", seq: 1, data: #"{"from":"file","n":1.0}"#, channel: "profile_updates"))
+        #expect(try live.ios.isQuiet(for: 0.2))
+
+        let broadcast = try live.hubctl(["publish", "wallet_updates", "--broadcast", "--type", "maintenance", "--json", "{}"])
+        #expect(broadcast.stdout == #"{"ok":true,"seq":1,"delivered":3}"# + "\n", "\(broadcast.summary)")
+        for ws in [live.ios, live.android, live.other] {
+            #expect(try ws.nextText() == #"{"type":"maintenance","channel":"wallet_updates","seq":1,"broadcast":true,"data":{}}"#)
+        }
+
+        let nobody = try live.hubctl(["publish", "wallet_updates", "--account", "acc_9", "--type", "t", "{}"])
+        #expect(nobody.status == 0, "\(nobody.summary)")
+        #expect(nobody.stdout.hasPrefix("published seq 1, delivered to 0 connections\n"), "\(nobody.summary)")
+        #expect(nobody.stdout.contains("acc_9"), "the push fallback hint: \(nobody.summary)")
+
+        let invalid = try live.hubctl(["publish", "wallet_updates", "--account", "acc_1", "--type", "t", #"{"a":}"#])
+        #expect(invalid.status == 4, "\(invalid.summary)")
+        #expect(try live.ios.isQuiet(for: 0.1))
+    }
+
+    @Test func disconnectOneConnectionById() throws {
+        let live = try LiveHub()
+        let listed = try live.hubctl(["connections", "--channel", "profile_updates", "--json"])
+        let rows = listed.json["connections"] as? [[String: Any]] ?? []
+        #expect(rows.count == 1 && rows.first?["platform"] as? String == "Android", "\(listed.summary)")
+        let id = try #require(rows.first?["id"] as? String)
+
+        let run = try live.hubctl(["disconnect", "--conn", id])
+        #expect(run.status == 0, "\(run.summary)")
+        #expect(run.stdout == "disconnected 1 connection\n", "\(run.summary)")
+        let close = try live.android.expectClose()
+        #expect(close.code == 1000 && close.reason == "disconnected by operator")
+        #expect(try live.ios.isQuiet(for: 0.1) && live.other.isQuiet(for: 0.1))
+
+        let again = try live.hubctl(["disconnect", "--conn", id])
+        #expect(again.status == 1, "\(again.summary)")
+        #expect(again.stderr.contains("NOT_FOUND"), "\(again.summary)")
+
+        let tooLong = try live.hubctl(["disconnect", "--account", "acc_1", "--reason", String(repeating: "x", count: 124)])
+        #expect(tooLong.status == 2, "\(tooLong.summary)")
+        #expect(try live.ios.isQuiet(for: 0.1))
+    }
+
+    /// The views must forget connections that are gone, however they went: closed by the operator, closed
+    /// cleanly by the client, or dropped without a close frame.
+    @Test func countsFollowConnectionsThatGoAway() throws {
+        let live = try LiveHub()
+        func wallet() throws -> [String: Any] {
+            let rows = try live.hubctl(["channels", "--json"]).json["channels"] as? [[String: Any]] ?? []
+            return rows.first { $0["name"] as? String == "wallet_updates" } ?? [:]
+        }
+        func stats() throws -> [String: Any] { try live.hubctl(["status", "--json"]).json["stats"] as? [String: Any] ?? [:] }
+        func open() throws -> Int? { (try stats()["connections"] as? [String: Any])?["open"] as? Int }
+
+        _ = try live.hubctl(["disconnect", "--account", "acc_2"])
+        // Each close handshake ends the way a real client ends it: on the hub's EOF, close the socket too (the hub
+        // half-closes and lingers up to 2 s for the client's FIN, counting the connection as open meanwhile).
+        _ = try live.other.expectClose()
+        try live.other.sendClose()
+        #expect(try live.other.waitForEOF())
+        shutdown(live.other.fd, Int32(SHUT_RDWR))
+        #expect(eventually { (try? open()) == 2 })
+        #expect(try wallet()["subscribers"] as? Int == 2)
+        #expect(try wallet()["accounts"] as? Int == 1)
+        #expect(try stats()["subscriptions"] as? Int == 3)
+
+        try live.android.sendClose(code: 1000, reason: "app backgrounded")
+        #expect(try live.android.expectClose().code == 1000)
+        #expect(try live.android.waitForEOF())
+        shutdown(live.android.fd, Int32(SHUT_RDWR))
+        #expect(eventually { (try? open()) == 1 })
+        #expect(try wallet()["subscribers"] as? Int == 1)
+        #expect(try stats()["subscriptions"] as? Int == 1)
+
+        // No close frame: the TCP connection just goes (app killed, network lost).
+        shutdown(live.ios.fd, Int32(SHUT_RDWR))
+        #expect(eventually { (try? open()) == 0 })
+        #expect(try wallet()["subscribers"] as? Int == 0)
+        #expect(try wallet()["accounts"] as? Int == 0)
+        #expect(try stats()["subscriptions"] as? Int == 0)
+        let after = try live.hubctl(["publish", "wallet_updates", "--account", "acc_1", "--type", "t", "--json", "{}"])
+        #expect(after.stdout == #"{"ok":true,"seq":3,"delivered":0}"# + "\n", "\(after.summary)")
+        let connections = try live.hubctl(["connections", "--json"])
+        #expect(connections.json["total"] as? Int == 0, "\(connections.summary)")
+    }
+
+    @Test func tailForOneAccountAndTailEndsWhenTheHubStops() throws {
+        let live = try LiveHub()
+        let tail = try InteropProcess(HubProcess.hubctlPath, ["--socket", live.hub.socketPath, "tail", "wallet_updates",
+                                                               "--account", "acc_2"])
+        var n = 0
+        let arrived = eventually(timeout: 5) {
+            n += 1
+            _ = try? live.hub.publish(channel: "wallet_updates", account: "acc_1", type: "not_acc_2", data: "{}")
+            _ = try? live.hub.publish(channel: "wallet_updates", account: "acc_2", type: "for_acc_2", data: #"{"n":\#(n),"b":2,"a":1}"#)
+            return tail.waitForStdoutLines(1, timeout: 0.2)
+        }
+        #expect(arrived, "\(tail.summary)")
+        #expect(!tail.stdout.contains("not_acc_2"), "\(tail.summary)")
+        // Human line: time, type, account, seq, delivered, data with keys sorted.
+        // Which of the publishes it was: the k-th acc_2 event has seq 1 + k (the setup published seq 1).
+        let line = tail.stdoutLines.first ?? ""
+        let k = line.split(separator: "\"n\":").last.flatMap { Int($0.prefix { $0.isNumber }) } ?? -1
+        #expect(line.hasSuffix("  for_acc_2  acc_2  seq \(1 + k)  delivered 1  {\"a\":1,\"b\":2,\"n\":\(k)}"), "\(tail.summary)")
+
+        #expect(live.stopHub() == 0)
+        #expect(tail.wait(timeout: 5) == 0, "\(tail.summary)")
+        #expect(tail.stderr.contains("tail ended"), "\(tail.summary)")
+    }
 }
