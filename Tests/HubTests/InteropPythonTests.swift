@@ -1,5 +1,8 @@
 import Foundation
 import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// The real `hub` binary against an independent WebSocket implementation: Python's `websockets`, driven by
 /// `Tests/python/client.py` (an app-like client) and `Tests/python/echo.py` (conformance-style checks on /echo).
@@ -270,5 +273,22 @@ import Testing
         #expect(hub.stop() == 0, "\(hub.log)")
         #expect(second.wait(timeout: 10) == 3, "\(second.summary)")
         #expect(Self.stderrJSON(second, "closed")["code"] as? Int == 1001, "\(second.summary)")
+    }
+
+    /// X-Platform and X-App-Version are "truncated to 64 bytes" (docs/PROTOCOL.md 1.1). websockets sends header
+    /// values as UTF-8; a cut inside a character must drop the whole character: at most 64 bytes, a prefix of
+    /// what the app sent, no U+FFFD.
+    @Test(.enabled(if: PythonPeer.enabled, PythonPeer.skipReason))
+    func longNonASCIIClientHeadersAreCutOnACharacterBoundary() throws {
+        try PythonPeer.requireAvailable()
+        let hub = try HubProcess()
+        let platform = "a" + String(repeating: "\u{E9}", count: 40)      // 81 bytes; byte 64 is inside an é
+        let appVersion = String(repeating: "\u{20AC}", count: 30)        // 90 bytes; byte 64 is inside a €
+        let client = try Self.startClient(hub, extra: ["--platform", platform, "--app-version", appVersion], count: 10)
+        let row = (try hub.request(#"{"op":"connections","account":"acc_1"}"#)["connections"] as? [[String: Any]])?.first ?? [:]
+        #expect(row["platform"] as? String == "a" + String(repeating: "\u{E9}", count: 31), "\(row)")
+        #expect(row["appVersion"] as? String == String(repeating: "\u{20AC}", count: 21), "\(row)")
+        client.signal(SIGTERM)
+        _ = client.wait(timeout: 5)
     }
 }
