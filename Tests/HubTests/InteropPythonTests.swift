@@ -1,8 +1,5 @@
 import Foundation
 import Testing
-#if canImport(Glibc)
-import Glibc
-#endif
 
 /// The real `hub` binary against an independent WebSocket implementation: Python's `websockets`, driven by
 /// `Tests/python/client.py` (an app-like client) and `Tests/python/echo.py` (conformance-style checks on /echo).
@@ -288,7 +285,6 @@ import Glibc
         let row = (try hub.request(#"{"op":"connections","account":"acc_1"}"#)["connections"] as? [[String: Any]])?.first ?? [:]
         #expect(row["platform"] as? String == "a" + String(repeating: "\u{E9}", count: 31), "\(row)")
         #expect(row["appVersion"] as? String == String(repeating: "\u{20AC}", count: 21), "\(row)")
-        client.signal(SIGTERM)
-        _ = client.wait(timeout: 5)
+        client.kill()
     }
 }

@@ -35,12 +35,7 @@ final class InteropProcess: @unchecked Sendable {
         try? stdinPipe.fileHandleForWriting.close()
     }
 
-    deinit {
-        if process.isRunning {
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-        }
-    }
+    deinit { kill() }
 
     var pid: Int32 { process.processIdentifier }
     var stdout: String { out.text }
@@ -58,8 +53,7 @@ final class InteropProcess: @unchecked Sendable {
     func wait(timeout: Double = 10) -> Int32? {
         let exited = eventually(timeout: timeout) { !process.isRunning }
         if !exited {
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
+            kill()
             _ = eventually(timeout: 2) { out.ended && err.ended }
             return nil
         }
@@ -67,7 +61,16 @@ final class InteropProcess: @unchecked Sendable {
         return process.terminationStatus
     }
 
-    func signal(_ signal: Int32) { kill(process.processIdentifier, signal) }
+    /// Note: a child started from a test thread can inherit a signal mask that blocks SIGTERM/SIGINT (seen here:
+    /// python3 ignored SIGTERM); hubctl and hub unblock what they handle. `kill()` always works.
+    func signal(_ signal: Int32) { Glibc.kill(process.processIdentifier, signal) }
+
+    /// SIGKILL and wait.
+    func kill() {
+        guard process.isRunning else { return }
+        Glibc.kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+    }
 
     /// For failure messages.
     var summary: String { "\(commandLine)\n--- stdout\n\(stdout)--- stderr\n\(stderr)" }
