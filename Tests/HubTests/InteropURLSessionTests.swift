@@ -48,9 +48,11 @@ enum URLSessionWebSocketProbe: Equatable, Sendable, CustomStringConvertible {
             }
             if first { done.signal() }
         }
+        // Exactly what FoundationNetworking reports then: NSURLErrorDomain -1002 (unsupportedURL) with this
+        // localized description.
         let classify: @Sendable (any Error) -> URLSessionWebSocketProbe = { error in
-            let text = "\(error) \(error.localizedDescription)"
-            return text.contains(libcurlMessage) ? .unsupportedByLibcurl : .inconclusive("\(error)")
+            let unsupported = (error as? URLError)?.code == .unsupportedURL && error.localizedDescription == libcurlMessage
+            return unsupported ? .unsupportedByLibcurl : .inconclusive("\(error)")
         }
         task.resume()
         task.send(.string(#"{"type":"ping","id":"probe"}"#)) { error in
