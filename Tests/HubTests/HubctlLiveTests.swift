@@ -269,6 +269,16 @@ struct HubctlResult {
         let reply = try live.hub.publish(channel: "wallet_updates", account: "acc_9", type: "hello", data: "[9]")
         #expect(reply["delivered"] as? Int == 1, "\(reply)")
         #expect(try ws.nextText() == LiveHub.frame("hello", seq: 1, data: "[9]"))
+
+        // The state dir instead of the file; --json names the account and expiry; the token is accepted too.
+        let json = try LiveHub.hubctl(["token", "acc_8", "--state-dir", live.hub.stateDirectory, "--ttl", "90s", "--json"])
+        #expect(json.status == 0, "\(json.summary)")
+        #expect(json.json["account"] as? String == "acc_8", "\(json.summary)")
+        let expiresAt = json.json["expiresAt"] as? Int ?? 0
+        #expect(abs(expiresAt - Int(time(nil)) - 90) <= 2, "\(json.summary)")
+        let other = try TestWebSocket.connect(port: live.hub.port, headers: [("Authorization", "Bearer \(json.json["token"] as? String ?? "")")])
+        try other.send(text: #"{"type":"ping","id":2}"#)
+        #expect(try other.nextText() == #"{"type":"pong","id":2}"#)
     }
 
     @Test func topOnceRendersOneFrame() throws {
@@ -289,6 +299,12 @@ struct HubctlResult {
         #expect(((json.json["stats"] as? [String: Any])?["stats"] as? [String: Any]).map { ($0["connections"] as? [String: Any])?["open"] as? Int } == 3,
                 "\(json.summary)")
         #expect((json.json["connections"] as? [String: Any])?["total"] as? Int == 3, "\(json.summary)")
+
+        // Without --once but with stdout not a terminal (a pipe here): one frame, no terminal control, exit 0.
+        // The socket from $HUB_SOCKET this time.
+        let piped = try InteropProcess(HubProcess.hubctlPath, ["top"], environment: ["HUB_SOCKET": live.hub.socketPath])
+        #expect(piped.wait(timeout: 5) == 0, "\(piped.summary)")
+        #expect(piped.stdout.contains("connections 3 open") && !piped.stdout.contains("\u{1B}["), "\(piped.summary)")
     }
 
     @Test func unknownChannelIsExit1WithTheHubsCode() throws {

@@ -287,4 +287,44 @@ import Testing
         #expect(row["appVersion"] as? String == String(repeating: "\u{20AC}", count: 21), "\(row)")
         client.kill()
     }
+
+    /// Fan-out to many websockets connections spread over the hub's event loops: 40 connections of 10 accounts
+    /// (4 each). A broadcast reaches all 40, each account's event exactly its 4, in publish order, byte for
+    /// byte, and `delivered` counts them exactly.
+    @Test(.enabled(if: PythonPeer.enabled, PythonPeer.skipReason))
+    func fanOutToManyConnectionsAcrossLoops() throws {
+        try PythonPeer.requireAvailable()
+        let hub = try HubProcess(threads: 2)
+        let accounts = (0..<10).map { "acc_\($0)" }
+        let owners = (0..<40).map { accounts[$0 % accounts.count] }
+        let tokens = hub.directory + "/tokens.txt"
+        try Data(try owners.map { "\($0) \(try hub.token($0))\n" }.joined().utf8).write(to: URL(fileURLWithPath: tokens))
+        let fanout = try PythonPeer.run("fanout.py", ["--url", "ws://127.0.0.1:\(hub.port)/ws", "--tokens", tokens,
+                                                      "--expect", "2", "--timeout", "10"])
+        guard fanout.waitForStdoutLines(1, timeout: 15) else { throw HubTestError("fanout.py not ready:\n\(fanout.summary)") }
+        #expect(fanout.stdoutLines.first == #"{"ready": 40}"#, "\(fanout.summary)")
+        let stats = try hub.request(#"{"op":"stats"}"#)["stats"] as? [String: Any] ?? [:]
+        let threads = stats["threads"] as? [[String: Any]] ?? []
+        #expect(threads.count == 2 && threads.allSatisfy { ($0["connections"] as? Int ?? 0) > 0 },
+                "connections on both loops: \(threads)")
+
+        let broadcast = try hub.publish(channel: "wallet_updates", account: nil, type: "maintenance", data: #"{"in":"5m"}"#)
+        #expect(broadcast["delivered"] as? Int == 40, "\(broadcast)")
+        for account in accounts {
+            let reply = try hub.publish(channel: "wallet_updates", account: account, type: "mine", data: #"{"for":"\#(account)"}"#)
+            #expect(reply["delivered"] as? Int == 4, "\(reply)")
+        }
+        #expect(fanout.wait(timeout: 15) == 0, "\(fanout.summary.prefix(3000))")
+        let rows = fanout.stdoutLines.dropFirst().compactMap {
+            try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+        }
+        #expect(rows.count == 40)
+        for (row, owner) in zip(rows, owners) {
+            #expect(row["account"] as? String == owner)
+            #expect(row["messages"] as? [String] == [
+                #"{"type":"maintenance","channel":"wallet_updates","seq":1,"broadcast":true,"data":{"in":"5m"}}"#,
+                Self.frame("mine", seq: 1, data: #"{"for":"\#(owner)"}"#),
+            ], "\(owner)")
+        }
+    }
 }
