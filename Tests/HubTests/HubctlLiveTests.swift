@@ -191,7 +191,7 @@ struct HubctlResult {
         }
 
         // As typed: spacing, key order and number spelling survive; the trimmed outer whitespace does not.
-        let typed = #"{ "z" : 1.50, "a":[1e2 ,-0.0], "s":"\u00e9" }"#
+        let typed = #"{ "z" : 1.50, "a":[1e2 ,-0.0], "s":"\u00e9 é🙂" }"#
         let json = try live.hubctl(["publish", "wallet_updates", "--account", "acc_1", "--type", "typed", "--json", "  \(typed)\n"])
         #expect(json.stdout == #"{"ok":true,"seq":4,"delivered":2}"# + "\n", "\(json.summary)")
         for ws in [live.ios, live.android] {

@@ -125,7 +125,8 @@ class Raw:
         u = urllib.parse.urlsplit(url)
         self.sock = socket.create_connection((u.hostname, u.port), timeout=timeout)
         key = base64.b64encode(os.urandom(16)).decode()
-        request = (f"GET {u.path or '/'} HTTP/1.1\r\nHost: {u.hostname}:{u.port}\r\nUpgrade: websocket\r\n"
+        target = (u.path or "/") + (f"?{u.query}" if u.query else "")
+        request = (f"GET {target} HTTP/1.1\r\nHost: {u.hostname}:{u.port}\r\nUpgrade: websocket\r\n"
                    f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n")
         self.sock.sendall(request.encode())
         self.buffer = b""
