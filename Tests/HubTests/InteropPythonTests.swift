@@ -71,6 +71,8 @@ import Testing
         #expect(rows.first?["platform"] as? String == "iOS", "\(reply)")
         #expect(rows.first?["appVersion"] as? String == "1.0.0", "\(reply)")
         #expect(rows.first?["channels"] as? [String] == ["wallet_updates"], "\(reply)")
+        #expect((rows.first?["remote"] as? String)?.hasPrefix("127.0.0.1:") == true, "\(reply)")
+        #expect(rows.first?["messagesIn"] as? Int == 1 && rows.first?["messagesOut"] as? Int == 1, "subscribe and its reply: \(reply)")
 
         let expected = try Self.publishInterleaved(hub, Self.events)
         #expect(client.wait(timeout: 10) == 0, "\(client.summary)")
