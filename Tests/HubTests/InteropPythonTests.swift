@@ -1,5 +1,8 @@
 import Foundation
 import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// The real `hub` binary against an independent WebSocket implementation: Python's `websockets`, driven by
 /// `Tests/python/client.py` (an app-like client) and `Tests/python/echo.py` (conformance-style checks on /echo).
@@ -20,10 +23,10 @@ import Testing
     }
 
     /// Starts client.py for `account` subscribed to wallet_updates and waits for its `subscribed` line.
-    static func startClient(_ hub: HubProcess, account: String = "acc_1", path: String = "/ws", auth: String = "header",
-                            extra: [String] = [], count: Int) throws -> InteropProcess {
+    static func startClient(_ hub: HubProcess, account: String = "acc_1", token: String? = nil, path: String = "/ws",
+                            auth: String = "header", extra: [String] = [], count: Int) throws -> InteropProcess {
         let client = try PythonPeer.run("client.py", [
-            "--url", "ws://127.0.0.1:\(hub.port)\(path)", "--token", try hub.token(account), "--auth", auth,
+            "--url", "ws://127.0.0.1:\(hub.port)\(path)", "--token", try token ?? hub.token(account), "--auth", auth,
             "--subscribe", "wallet_updates", "--count", String(count), "--timeout", "10",
         ] + extra)
         guard client.waitForStdoutLines(1, timeout: 10) else { throw HubTestError("client.py did not subscribe:\n\(client.summary)") }
@@ -328,5 +331,29 @@ import Testing
                 Self.frame("mine", seq: 1, data: #"{"for":"\#(owner)"}"#),
             ], "\(owner)")
         }
+    }
+
+    /// What the app does with `token_expiring`: an in-band `auth` with a fresh token. The hub answers
+    /// `authenticated` with the new expiry and keeps the connection (and its subscriptions) past the old token's
+    /// expiry: an event published after it still arrives, and no 4001 comes.
+    @Test(.enabled(if: PythonPeer.enabled, PythonPeer.skipReason))
+    func inBandRefreshOnTokenExpiringKeepsTheConnection() throws {
+        try PythonPeer.requireAvailable()
+        let hub = try HubProcess(["--token-warning", "2s", "--jwt-leeway", "0"])
+        let now = Int64(time(nil))
+        let short = try hub.token("acc_1", ttl: 3, now: now)
+        let fresh = try hub.token("acc_1", ttl: 900, now: now)
+        let client = try Self.startClient(hub, token: short, extra: ["--refresh-token", fresh], count: 4)
+        #expect(client.waitForStdoutLines(3, timeout: 10), "\(client.summary)")
+        #expect(client.stdoutLines.dropFirst().first?.hasPrefix(#"{"type":"token_expiring","expiresIn":"#) == true, "\(client.summary)")
+        #expect(client.stdoutLines.dropFirst(2).first == #"{"type":"authenticated","expiresAt":\#(now + 900),"id":"refresh"}"#,
+                "\(client.summary)")
+        // Past the first token's expiry, plus the expiry timer's slack (1 s ticks, whole-second clock).
+        while Int64(time(nil)) < now + 3 + 2 { usleep(100_000) }
+        #expect(client.process.isRunning, "\(client.summary)")
+        let reply = try hub.publish(channel: "wallet_updates", account: "acc_1", type: "after_refresh", data: "{}")
+        #expect(reply["delivered"] as? Int == 1, "\(reply)")
+        #expect(client.wait(timeout: 10) == 0, "\(client.summary)")
+        #expect(client.stdoutLines.last == Self.frame("after_refresh", seq: 1, data: "{}"), "\(client.summary)")
     }
 }

@@ -45,6 +45,7 @@ async def run(args):
 
     out = sys.stdout.buffer
     received = 0
+    refreshed = False
     try:
         ws = await connect(
             url,
@@ -77,6 +78,12 @@ async def run(args):
                     out.write(line + b"\n")
                     out.flush()
                     received += 1
+                    # Like the app: refresh the token in-band when the hub warns that it is expiring.
+                    if args.refresh_token and not refreshed and isinstance(message, str) \
+                            and json.loads(message).get("type") == "token_expiring":
+                        refreshed = True
+                        await ws.send(json.dumps({"type": "auth", "token": args.refresh_token, "id": "refresh"},
+                                                 separators=(",", ":")))
         except TimeoutError:
             log("timeout", {"received": received, "expected": args.count})
             return 2
@@ -99,6 +106,7 @@ def main():
     p.add_argument("--app-version", default="")
     p.add_argument("--compression", choices=["none", "deflate"], default="none",
                    help="offer permessage-deflate")
+    p.add_argument("--refresh-token", default="", help="send it in an `auth` message on `token_expiring`")
     p.add_argument("--count", type=int, default=1, help="exit after this many messages")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds")
     args = p.parse_args()
