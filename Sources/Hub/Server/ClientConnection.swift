@@ -228,7 +228,14 @@ final class ClientConnection: ConnectionHandler {
     }
 
     static func clip(_ value: String) -> String {
-        value.utf8.count <= 64 ? value : String(decoding: value.utf8.prefix(64), as: UTF8.self)
+        guard value.utf8.count > 64 else { return value }
+        // Whole characters only: cutting inside one would store U+FFFD and exceed 64 bytes.
+        var bytes = 0
+        let kept = value.unicodeScalars.prefix { scalar in
+            bytes += UTF8.width(scalar)
+            return bytes <= 64
+        }
+        return String(String.UnicodeScalarView(kept))
     }
 
     // MARK: WebSocket phase
