@@ -1,0 +1,167 @@
+import Foundation
+import Glibc
+import Testing
+import WSProtocol
+@testable import Hub
+
+/// Token expiry and refresh, heartbeats, slow consumers, connection limits, the handshake timeout.
+@Suite struct IntegrationLifetimeTests {
+    @Test func tokenExpiryWarningCloseAndInBandRefresh() throws {
+        let hub = try HubProcess(["--jwt-leeway", "0s", "--token-warning", "2s"])
+        let exp = Int64(time(nil)) + 3
+        let expiring = try hub.client("acc_1", channels: ["wallet_updates"], token: try hub.token("acc_1", exp: exp))
+        let refreshed = try hub.client("acc_1", channels: ["wallet_updates"], token: try hub.token("acc_1", exp: exp))
+        let forbidden = try hub.client("acc_1", token: try hub.token("acc_1", exp: exp))
+
+        let fresh = Int64(time(nil)) + 900
+        try refreshed.send(text: "{\"type\":\"auth\",\"token\":\"\(try hub.token("acc_1", exp: fresh))\",\"id\":\"a1\"}")
+        #expect(try refreshed.nextText() == "{\"type\":\"authenticated\",\"expiresAt\":\(fresh),\"id\":\"a1\"}")
+
+        try forbidden.send(text: "{\"type\":\"auth\",\"token\":\"\(try hub.token("acc_2", exp: fresh))\",\"id\":\"a2\"}")
+        let reply = try parseObject(try forbidden.nextText())
+        #expect(reply["type"] as? String == "error" && reply["id"] as? String == "a2", "\(reply)")
+        #expect((reply["error"] as? [String: Any])?["code"] as? String == "FORBIDDEN", "\(reply)")
+        // An expired or forged refresh is refused too, and keeps the old token.
+        try forbidden.send(text: "{\"type\":\"auth\",\"token\":\"\(try hub.token("acc_1", exp: Int64(time(nil)) - 10))\"}")
+        #expect((try parseObject(try forbidden.nextText())["error"] as? [String: Any])?["code"] as? String == "ErrAccessTokenExpired")
+
+        // The unrefreshed connection: token_expiring first, then 4001 at the expiry (not before).
+        let warning = try parseObject(try expiring.nextText(timeout: 5))
+        #expect(warning["type"] as? String == "token_expiring", "\(warning)")
+        #expect((warning["expiresIn"] as? Int).map { (0...2).contains($0) } == true, "\(warning)")
+        let close = try expiring.expectClose(timeout: 5)
+        #expect(close.code == 4001, "\(close)")
+        #expect(Int64(time(nil)) >= exp)
+        let forbiddenClose = try forbidden.expectClose(timeout: 3)  // the FORBIDDEN refresh did not extend it
+        #expect(forbiddenClose.code == 4001)
+
+        // The refreshed one is still open past the old expiry and still receives.
+        #expect(eventually(timeout: 3) { Int64(time(nil)) >= exp + 1 })
+        try refreshed.send(text: #"{"type":"ping","id":1}"#)
+        #expect(try refreshed.nextText() == #"{"type":"pong","id":1}"#)
+        #expect(try hub.publish(channel: "wallet_updates", account: "acc_1")["delivered"] as? Int == 1)
+        #expect(try refreshed.nextText() == #"{"type":"test_event","channel":"wallet_updates","seq":1,"data":{}}"#)
+    }
+
+    @Test func heartbeatsCloseSilentClientsWith4002() throws {
+        let hub = try HubProcess(["--ping-interval", "1s", "--pong-timeout", "1s"])
+        let good = try hub.client("acc_1", channels: ["wallet_updates"])
+        let silent = try hub.client("acc_2", channels: ["wallet_updates"])
+        silent.autoPong = false
+        var goodPings = 0
+        var silentPings = 0
+        var silentClose: UInt16?? = nil
+        let deadline = Date().addingTimeInterval(4.5)
+        while Date() < deadline {
+            if let m = try good.receive(timeout: 0.05) {
+                if case .ping = m { goodPings += 1 }
+                if case .close = m { Issue.record("the well-behaved client was closed: \(m)") }
+            }
+            if silentClose == nil, let m = try silent.receive(timeout: 0.05) {
+                if case .ping = m { silentPings += 1 }
+                if case .close(let code, _) = m { silentClose = .some(code) }
+            }
+        }
+        #expect(silentPings >= 1)
+        #expect(silentClose == .some(4002))
+        #expect(goodPings >= 3)
+        try good.send(text: #"{"type":"ping","id":1}"#)
+        #expect(try good.nextText() == #"{"type":"pong","id":1}"#)
+        #expect(try hub.publish(channel: "wallet_updates", account: "acc_1")["delivered"] as? Int == 1)
+        #expect(try hub.publish(channel: "wallet_updates", account: "acc_2")["delivered"] as? Int == 0)
+    }
+
+    @Test func slowConsumerIsClosedWith4008WhileItsSiblingKeepsEverything() throws {
+        let hub = try HubProcess(["--max-queued-bytes", "65536"])
+        let slow = try hub.client("acc_1", channels: ["wallet_updates"], receiveBuffer: 4096)
+        let fast = try hub.client("acc_1", channels: ["wallet_updates"])
+        let admin = try hub.admin()
+        let payload = "\"" + String(repeating: "z", count: 8192) + "\""
+        let line = "{\"op\":\"publish\",\"channel\":\"wallet_updates\",\"account\":\"acc_1\",\"type\":\"big\",\"data\":\(payload)}"
+
+        var published = 0
+        var received = 0
+        var deliveredCounts: [Int] = []
+        func readFast(upTo n: Int) throws {
+            while received < n {
+                let text = try fast.nextText(timeout: 5)
+                received += 1
+                #expect(text.hasPrefix("{\"type\":\"big\",\"channel\":\"wallet_updates\",\"seq\":\(received),"), "\(text.prefix(80))")
+            }
+        }
+        var closes = 0
+        for _ in 0..<100 {  // at most 2000 events (16 MiB); the slow one is closed long before
+            let replies = try admin.requests(Array(repeating: line, count: 20)).map { try parseObject($0) }
+            for r in replies { deliveredCounts.append(r["delivered"] as? Int ?? -1) }
+            published += 20
+            try readFast(upTo: published)
+            closes = (try hub.stats()["drops"] as? [String: Any])?["slowConsumerCloses"] as? Int ?? 0
+            if closes > 0 { break }
+        }
+        #expect(closes == 1)
+        // After the close, events go to the sibling only.
+        let after = try admin.requests(Array(repeating: line, count: 5)).map { try parseObject($0) }
+        #expect(after.map { $0["delivered"] as? Int } == Array(repeating: 1, count: 5))
+        published += 5
+        try readFast(upTo: published)
+        #expect(deliveredCounts.first == 2 && deliveredCounts.allSatisfy { $0 == 1 || $0 == 2 })
+
+        // The slow one, reading at last: events, then close 4008 (or the TCP connection is already gone).
+        var endedWith: String? = nil
+        var slowSeqs = 0
+        while endedWith == nil {
+            guard let m = try slow.receive(timeout: 5) else { endedWith = slow.closedByPeer ? "eof" : "timeout"; break }
+            switch m {
+            case .text: slowSeqs += 1
+            case .close(let code, let reason): endedWith = "close \(code.map(String.init) ?? "nil") \(reason)"
+            default: break
+            }
+        }
+        #expect(endedWith == "close 4008 SLOW_CONSUMER" || endedWith == "eof", "\(endedWith ?? "")")
+        #expect(slowSeqs < published)
+        let metrics = try rawHTTP(port: hub.port, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(metrics.body.contains("\nhub_slow_consumer_closes_total 1\n"))
+    }
+
+    @Test func connectionLimitRefusesWith503AndLogsOnce() throws {
+        let hub = try HubProcess(["--max-connections", "3"])
+        let clients = try (0..<3).map { try hub.client("acc_\($0)", channels: ["wallet_updates"]) }
+        for _ in 0..<5 {
+            do {
+                _ = try hub.client("acc_x")
+                Issue.record("a 4th connection was accepted")
+            } catch let refused as TestWebSocket.Refused {
+                #expect(refused.status == 503 && refused.errorCode == "SERVICE_UNAVAILABLE", "\(refused)")
+                #expect(refused.headers[first: "Retry-After"] == "5")
+            }
+        }
+        #expect(eventually { hub.logLines(containing: "at the connection limit").count >= 1 })
+        #expect(hub.logLines(containing: "at the connection limit").count == 1, "\(hub.log)")
+        #expect((try hub.stats()["drops"] as? [String: Any])?["rejectedConnections"] as? Int == 5)
+        // The admitted clients still work.
+        #expect(try hub.publish(channel: "wallet_updates", account: "acc_0")["delivered"] as? Int == 1)
+        #expect(try clients[0].nextText() == #"{"type":"test_event","channel":"wallet_updates","seq":1,"data":{}}"#)
+        // A slot frees up when a client leaves.
+        try clients[2].sendClose()
+        _ = try clients[2].expectClose()
+        #expect(eventually {
+            (try? hub.client("acc_y")) != nil
+        })
+    }
+
+    @Test func handshakeTimeoutAnswers408AndCloses() throws {
+        let hub = try HubProcess(["--handshake-timeout", "1s"])
+        let fd = try TestWebSocket.tcpConnect(port: hub.port)
+        defer { close(fd) }
+        let started = Date()
+        try TestWebSocket.writeAll(fd, Array("GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: web".utf8))
+        let response = try readHTTPResponse(fd, timeout: 5)
+        let elapsed = Date().timeIntervalSince(started)
+        #expect(response.status == 408 && response.errorCode == "REQUEST_TIMEOUT", "\(response)")
+        #expect(response.closed)
+        #expect(elapsed >= 0.9 && elapsed < 3.5, "\(elapsed)")
+        // An idle connection that sent nothing gets the same.
+        let idle = try rawHTTP(port: hub.port, [])
+        #expect(idle.status == 408)
+    }
+}

@@ -1,0 +1,123 @@
+import Foundation
+import Glibc
+import Testing
+@testable import Hub
+
+/// The real `hub` binary: zero-config startup, HTTP endpoints, graceful shutdown.
+@Suite struct IntegrationStartupTests {
+    static func mode(_ path: String) throws -> (type: mode_t, permissions: mode_t) {
+        var st = stat()
+        guard lstat(path, &st) == 0 else { throw HubTestError("stat \(path): errno \(errno)") }
+        return (st.st_mode & S_IFMT, st.st_mode & 0o7777)
+    }
+
+    @Test func zeroConfigStartupLineStateAndSocketModes() throws {
+        let hub = try HubProcess()
+        let line = hub.startupLine
+        #expect(line.contains("listening on ws://127.0.0.1:\(hub.port)/ws"), "\(line)")
+        #expect(hub.port > 0)
+        #expect(line.contains("; socket \(hub.socketPath);"), "\(line)")
+        #expect(line.contains("; channels profile_updates,wallet_updates;"), "\(line)")
+        #expect(line.contains("; auth HS256 (secret file \(hub.stateDirectory)/jwt-secret, generated now"), "\(line)")
+
+        let dir = try Self.mode(hub.stateDirectory)
+        #expect(dir.type == S_IFDIR && dir.permissions == 0o700)
+        let secret = try Self.mode(hub.stateDirectory + "/jwt-secret")
+        #expect(secret.type == S_IFREG && secret.permissions == 0o600)
+        #expect(try hub.secret().count >= 32)
+        let socket = try Self.mode(hub.socketPath)
+        #expect(socket.type == S_IFSOCK && socket.permissions == 0o660)
+
+        // A token minted with the generated secret connects and receives.
+        let ws = try hub.client("acc_1", channels: ["wallet_updates"])
+        let reply = try hub.publish(channel: "wallet_updates", account: "acc_1", type: "hello", data: #"{"x":1}"#)
+        #expect(reply["ok"] as? Bool == true && reply["seq"] as? Int == 1 && reply["delivered"] as? Int == 1)
+        #expect(try ws.nextText() == #"{"type":"hello","channel":"wallet_updates","seq":1,"data":{"x":1}}"#)
+    }
+
+    @Test func restartReusesTheGeneratedSecretWithoutSayingGenerated() throws {
+        let hub = try HubProcess()
+        let secret = try hub.secret()
+        #expect(hub.stop() == 0)
+        let again = try HubProcess(["--state-dir", hub.stateDirectory])
+        #expect(try hub.secret() == secret)
+        #expect(again.startupLine.contains("auth HS256 (secret file \(hub.stateDirectory)/jwt-secret)"), "\(again.startupLine)")
+        _ = try again.client("acc_1", token: try hub.token("acc_1"))
+    }
+
+    @Test func healthzAndMetrics() throws {
+        let hub = try HubProcess()
+        let ws = try hub.client("acc_1", channels: ["wallet_updates"])
+        let health = try rawHTTP(port: hub.port, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(health.status == 200)
+        #expect(health.headers["content-type"]?.hasPrefix("application/json") == true)
+        #expect(health.json["status"] as? String == "ok")
+        #expect(health.json["version"] as? String == HubVersion.string)
+        #expect(health.json["uptimeSeconds"] is Double || health.json["uptimeSeconds"] is Int)
+        #expect(health.json["connections"] as? Int == 1)
+
+        for i in 1...3 {
+            #expect(try hub.publish(channel: "wallet_updates", account: "acc_1", data: "\(i)")["delivered"] as? Int == 1)
+        }
+        #expect(try hub.publish(channel: "profile_updates", account: "acc_1")["delivered"] as? Int == 0)
+        #expect(try ws.drainTexts(quiet: 0.2).count == 3)
+        let expired = try hub.token("acc_1", exp: Int64(time(nil)) - 120)
+        #expect(throws: TestWebSocket.Refused.self) { try TestWebSocket.connect(port: hub.port, headers: [("Authorization", "Bearer \(expired)")]) }
+
+        let metrics = try rawHTTP(port: hub.port, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(metrics.status == 200)
+        #expect(metrics.headers["content-type"]?.hasPrefix("text/plain; version=0.0.4") == true)
+        let lines = Set(metrics.body.split(separator: "\n").map(String.init))
+        for expected in [
+            "hub_connections 1",
+            "# TYPE hub_connections gauge",
+            "hub_events_published_total{channel=\"wallet_updates\"} 3",
+            "hub_events_published_total{channel=\"profile_updates\"} 1",
+            "hub_event_deliveries_total{channel=\"wallet_updates\"} 3",
+            "hub_event_deliveries_total{channel=\"profile_updates\"} 0",
+            "hub_subscriptions{channel=\"wallet_updates\"} 1",
+            "hub_auth_failures_total{reason=\"expired\"} 1",
+            "# TYPE hub_publish_to_write_seconds histogram",
+            "hub_publish_to_write_seconds_bucket{le=\"+Inf\"} 3",
+            "hub_publish_to_write_seconds_count 3",
+        ] {
+            #expect(lines.contains(expected), "missing \(expected) in:\n\(metrics.body)")
+        }
+        #expect(lines.contains { $0.hasPrefix("hub_publish_to_write_seconds_sum ") })
+        #expect(lines.contains { $0.hasPrefix("hub_publish_to_write_seconds_bucket{le=\"0.001\"} ") })
+        // Buckets are cumulative: non-decreasing, ending at the count.
+        let buckets = metrics.body.split(separator: "\n").filter { $0.hasPrefix("hub_publish_to_write_seconds_bucket") }
+            .compactMap { Int($0.split(separator: " ").last!) }
+        #expect(buckets == buckets.sorted() && buckets.last == 3)
+    }
+
+    @Test func sigtermClosesEveryClientWith1001AndExitsZero() throws {
+        let hub = try HubProcess(["--shutdown-timeout", "5s"])
+        let clients = try (0..<4).map { try hub.client("acc_\($0 % 2)", channels: ["wallet_updates"]) }
+        let started = Date()
+        hub.send(signal: SIGTERM)
+        for ws in clients {
+            let close = try ws.expectClose(timeout: 5)
+            #expect(close.code == 1001)
+            try ws.sendClose(code: 1001)
+        }
+        let status = hub.waitForExit(timeout: 8)
+        #expect(status == 0)
+        // Every client answered its close: no waiting for the shutdown timeout.
+        #expect(Date().timeIntervalSince(started) < 4)
+        #expect(hub.logLines(containing: "did not finish the close handshake").isEmpty, "\(hub.log)")
+        #expect(access(hub.socketPath, F_OK) != 0, "the socket file is still there")
+        #expect(hub.log.contains("hub stopped"))
+        for ws in clients { #expect(try ws.waitForEOF(timeout: 2)) }
+    }
+
+    @Test func sigtermWithSilentClientsStillExitsZeroWithinTheTimeout() throws {
+        let hub = try HubProcess(["--shutdown-timeout", "1s"])
+        let ws = try hub.client("acc_1", channels: ["wallet_updates"])
+        hub.send(signal: SIGTERM)
+        #expect(try ws.expectClose(timeout: 5).code == 1001)
+        // This client never answers the close: the hub gives up after its timeouts and still exits 0.
+        #expect(hub.waitForExit(timeout: 6) == 0)
+        #expect(access(hub.socketPath, F_OK) != 0)
+    }
+}
