@@ -48,6 +48,10 @@ import Testing
     @Test func healthzAndMetrics() throws {
         let hub = try HubProcess()
         let ws = try hub.client("acc_1", channels: ["wallet_updates"])
+        // A TCP connection still in its handshake is not a connection yet (and neither is the probe itself).
+        let handshaking = try TestWebSocket.tcpConnect(port: hub.port)
+        defer { close(handshaking) }
+        #expect(eventually { ((try? hub.stats()["connections"] as? [String: Any])?["handshaking"] as? Int) == 1 })
         let health = try rawHTTP(port: hub.port, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         #expect(health.status == 200)
         #expect(health.headers["content-type"]?.hasPrefix("application/json") == true)

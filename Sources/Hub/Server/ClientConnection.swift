@@ -127,7 +127,11 @@ final class ClientConnection: ConnectionHandler {
             upgrade(head, mode: .echo)
         case "/healthz":
             guard head.method == "GET" || head.method == "HEAD" else { return respondHTTP(Self.methodNotAllowed()) }
-            respondHTTP(HTTPResponse.json(status: 200, body: hub.healthJSON()))
+            let loop = context.loop
+            let me = LoopBound(self)
+            hub.gatherHealthJSON { text in
+                loop.execute { me.value?.respondHTTP(HTTPResponse.json(status: 200, body: text)) }
+            }
         case "/metrics":
             guard head.method == "GET" || head.method == "HEAD" else { return respondHTTP(Self.methodNotAllowed()) }
             let loop = context.loop

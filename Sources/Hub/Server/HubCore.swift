@@ -242,13 +242,19 @@ final class HubCore: Sendable {
 
     // MARK: HTTP endpoints
 
-    func healthJSON() -> String {
+    /// `/healthz`: `connections` counts open WebSocket connections (as `stats` and `hub_connections` do), not
+    /// every TCP connection: the probe's own connection and other handshakes are not connections yet.
+    func gatherHealthJSON(_ done: @escaping @Sendable (String) -> Void) {
+        gather({ $0.counters.upgraded }) { [self] counts in done(healthJSON(connections: counts.reduce(0, +))) }
+    }
+
+    func healthJSON(connections: Int) -> String {
         var w = JSONWriter(capacity: 256)
         w.beginObject()
         w.field("status", isShuttingDown ? "shutting_down" : "ok")
         w.field("version", HubVersion.string)
         w.field("uptimeSeconds", wallClockSeconds() - startedAt)
-        w.field("connections", clientCount)
+        w.field("connections", connections)
         w.endObject()
         return String(decoding: w.bytes, as: UTF8.self)
     }
