@@ -284,10 +284,9 @@ final class ClientConnection: ConnectionHandler {
 
     private func echo(_ opcode: Opcode, _ payload: UnsafeRawBufferPointer) {
         let frame: SharedBytes
-        if var compressor, payload.count >= 64 {
+        if let compressor, payload.count >= 64 {  // a class: its deflate stream state lives in the object
             let compressed = compressor.compressMessage(payload)
             frame = compressed.withUnsafeBytes { LoopContext.frame(opcode: opcode, $0, rsv1: true) }
-            self.compressor = compressor
         } else {
             frame = LoopContext.frame(opcode: opcode, payload)
         }
