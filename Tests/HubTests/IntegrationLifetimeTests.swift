@@ -71,54 +71,85 @@ import WSProtocol
         #expect(try hub.publish(channel: "wallet_updates", account: "acc_2")["delivered"] as? Int == 0)
     }
 
+    /// Reads a client on its own thread until an event of type `end`, so it keeps up while the test publishes.
+    final class Reader: @unchecked Sendable {
+        let ws: TestWebSocket
+        private let lock = NSLock()
+        private var _texts: [String] = []
+        private var _error: String?
+        private let finished = DispatchSemaphore(value: 0)
+
+        init(_ ws: TestWebSocket) {
+            self.ws = ws
+            Thread { [self] in
+                do {
+                    while true {
+                        let text = try self.ws.nextText(timeout: 15)
+                        if text.hasPrefix("{\"type\":\"end\"") { break }
+                        lock.withLock { _texts.append(text) }
+                    }
+                } catch {
+                    lock.withLock { _error = "\(error)" }
+                }
+                finished.signal()
+            }.start()
+        }
+
+        func wait(timeout: Double) -> (texts: [String], error: String?)? {
+            guard finished.wait(timeout: .now() + timeout) == .success else { return nil }
+            return lock.withLock { (_texts, _error) }
+        }
+    }
+
     @Test func slowConsumerIsClosedWith4008WhileItsSiblingKeepsEverything() throws {
         let hub = try HubProcess(["--max-queued-bytes", "65536"])
         let slow = try hub.client("acc_1", channels: ["wallet_updates"], receiveBuffer: 4096)
-        let fast = try hub.client("acc_1", channels: ["wallet_updates"])
+        let fast = Reader(try hub.client("acc_1", channels: ["wallet_updates"]))
         let admin = try hub.admin()
         let payload = "\"" + String(repeating: "z", count: 8192) + "\""
         let line = "{\"op\":\"publish\",\"channel\":\"wallet_updates\",\"account\":\"acc_1\",\"type\":\"big\",\"data\":\(payload)}"
 
         var published = 0
-        var received = 0
         var deliveredCounts: [Int] = []
-        func readFast(upTo n: Int) throws {
-            while received < n {
-                let text = try fast.nextText(timeout: 5)
-                received += 1
-                #expect(text.hasPrefix("{\"type\":\"big\",\"channel\":\"wallet_updates\",\"seq\":\(received),"), "\(text.prefix(80))")
-            }
-        }
         var closes = 0
-        for _ in 0..<100 {  // at most 2000 events (16 MiB); the slow one is closed long before
-            let replies = try admin.requests(Array(repeating: line, count: 20)).map { try parseObject($0) }
+        for _ in 0..<500 {  // at most 2000 events (16 MiB); the slow one is closed long before
+            let replies = try admin.requests(Array(repeating: line, count: 4)).map { try parseObject($0) }
             for r in replies { deliveredCounts.append(r["delivered"] as? Int ?? -1) }
-            published += 20
-            try readFast(upTo: published)
+            published += 4
             closes = (try hub.stats()["drops"] as? [String: Any])?["slowConsumerCloses"] as? Int ?? 0
             if closes > 0 { break }
         }
         #expect(closes == 1)
-        // After the close, events go to the sibling only.
+        // From now on, events go to the sibling only.
         let after = try admin.requests(Array(repeating: line, count: 5)).map { try parseObject($0) }
         #expect(after.map { $0["delivered"] as? Int } == Array(repeating: 1, count: 5))
         published += 5
-        try readFast(upTo: published)
-        #expect(deliveredCounts.first == 2 && deliveredCounts.allSatisfy { $0 == 1 || $0 == 2 })
+        _ = try admin.request(#"{"op":"publish","channel":"wallet_updates","account":"acc_1","type":"end","data":null}"#)
+        #expect(deliveredCounts.first == 2 && deliveredCounts.last == 1 && deliveredCounts.allSatisfy { $0 == 1 || $0 == 2 })
+        #expect(deliveredCounts.firstIndex(of: 1).map { deliveredCounts[$0...].allSatisfy { $0 == 1 } } == true)
+
+        // The sibling that reads got every event, in order.
+        let fastResult = try #require(fast.wait(timeout: 20))
+        #expect(fastResult.error == nil, "\(fastResult.error ?? "")")
+        #expect(fastResult.texts.count == published)
+        for (i, text) in fastResult.texts.enumerated() where !text.hasPrefix("{\"type\":\"big\",\"channel\":\"wallet_updates\",\"seq\":\(i + 1),") {
+            Issue.record("event \(i + 1): \(text.prefix(80))")
+            break
+        }
 
         // The slow one, reading at last: events, then close 4008 (or the TCP connection is already gone).
         var endedWith: String? = nil
-        var slowSeqs = 0
+        var slowEvents = 0
         while endedWith == nil {
             guard let m = try slow.receive(timeout: 5) else { endedWith = slow.closedByPeer ? "eof" : "timeout"; break }
             switch m {
-            case .text: slowSeqs += 1
+            case .text: slowEvents += 1
             case .close(let code, let reason): endedWith = "close \(code.map(String.init) ?? "nil") \(reason)"
             default: break
             }
         }
         #expect(endedWith == "close 4008 SLOW_CONSUMER" || endedWith == "eof", "\(endedWith ?? "")")
-        #expect(slowSeqs < published)
+        #expect(slowEvents == deliveredCounts.filter { $0 == 2 }.count || endedWith == "eof", "\(slowEvents)")
         let metrics = try rawHTTP(port: hub.port, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
         #expect(metrics.body.contains("\nhub_slow_consumer_closes_total 1\n"))
     }
