@@ -527,7 +527,10 @@ final class ClientConnection: ConnectionHandler {
             }
             if now >= nextPingAt {
                 _ = connection?.write(context.pingFrame)
-                nextPingAt = now + UInt64(configuration.pingIntervalSeconds) * 1_000_000_000
+                // From the previous deadline, not from now: the timer fires up to one tick (1 s) late, and counting
+                // from the late firing made every interval a tick longer (--ping-interval 1s pinged every 2 s).
+                let interval = UInt64(configuration.pingIntervalSeconds) * 1_000_000_000
+                nextPingAt = nextPingAt + interval > now ? nextPingAt + interval : now + interval
                 if pongDeadline == 0 { pongDeadline = now + UInt64(configuration.pongTimeoutSeconds) * 1_000_000_000 }
             }
         case .closing:
