@@ -43,6 +43,23 @@ import WSProtocol
         #expect(try refreshed.nextText() == #"{"type":"test_event","channel":"wallet_updates","seq":1,"data":{}}"#)
     }
 
+    /// A validly signed token that expires far in the future (year 3000, or Int64.max) must not crash the hub
+    /// when it schedules the expiry.
+    @Test func farFutureExpiryIsAcceptedAndTheHubSurvives() throws {
+        let hub = try HubProcess()
+        let witness = try Witness(hub)
+        for exp in [Int64(32_503_680_000), Int64.max - 1, Int64.max] {
+            let ws = try hub.client("acc_far", channels: ["wallet_updates"], token: try hub.token("acc_far", exp: exp))
+            try ws.send(text: #"{"type":"ping","id":1}"#)
+            #expect(try ws.nextText() == #"{"type":"pong","id":1}"#, "exp \(exp)")
+            // In-band refresh with such a token too.
+            try ws.send(text: "{\"type\":\"auth\",\"token\":\"\(try hub.token("acc_far", exp: exp))\"}")
+            #expect(try ws.nextText() == "{\"type\":\"authenticated\",\"expiresAt\":\(exp)}", "exp \(exp)")
+            try witness.check("exp \(exp)")
+            #expect(hub.process.isRunning)
+        }
+    }
+
     @Test func heartbeatsCloseSilentClientsWith4002() throws {
         let hub = try HubProcess(["--ping-interval", "1s", "--pong-timeout", "1s"])
         let good = try hub.client("acc_1", channels: ["wallet_updates"])

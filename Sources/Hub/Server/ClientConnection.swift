@@ -484,8 +484,8 @@ final class ClientConnection: ConnectionHandler {
             var d = nextPingAt
             if pongDeadline != 0 { d = min(d, pongDeadline) }
             if mode == .hub {
-                d = min(d, deadline(forUnixTime: tokenExpiresAt + Int64(hub.verifier.leeway)))
-                if !warnedExpiry { d = min(d, deadline(forUnixTime: tokenExpiresAt - Int64(hub.configuration.tokenWarningSeconds))) }
+                d = min(d, deadline(forUnixTime: expiryTime))
+                if !warnedExpiry { d = min(d, deadline(forUnixTime: warningTime)) }
             }
             return d
         case .closing:
@@ -495,10 +495,28 @@ final class ClientConnection: ConnectionHandler {
         }
     }
 
-    private func deadline(forUnixTime t: Int64) -> UInt64 {
-        let remaining = t - Int64(time(nil))
-        return monotonicNanos() &+ UInt64(max(0, remaining)) * 1_000_000_000
+    /// When the token stops being accepted (`exp` + leeway), saturating: a validly signed token may carry any
+    /// `exp` up to Int64.max, and overflowing here trapped and took the whole hub down.
+    private var expiryTime: Int64 {
+        let (t, overflow) = tokenExpiresAt.addingReportingOverflow(Int64(hub.verifier.leeway))
+        return overflow ? .max : t
     }
+
+    /// When `token_expiring` is due.
+    private var warningTime: Int64 {
+        let (t, overflow) = tokenExpiresAt.subtractingReportingOverflow(Int64(hub.configuration.tokenWarningSeconds))
+        return overflow ? .min : t
+    }
+
+    /// A monotonic deadline for a Unix time. Capped at a year ahead: the timer then fires, finds nothing due and
+    /// re-arms, so a far-future `exp` costs one wake-up a year instead of an overflow.
+    private func deadline(forUnixTime t: Int64) -> UInt64 {
+        let (remaining, overflow) = t.subtractingReportingOverflow(Int64(time(nil)))
+        let seconds = overflow ? (t > 0 ? Self.maxTimerSeconds : 0) : min(Self.maxTimerSeconds, UInt64(max(0, remaining)))
+        return monotonicNanos() &+ seconds * 1_000_000_000
+    }
+
+    static let maxTimerSeconds: UInt64 = 365 * 24 * 3600
 
     private func timerFired() {
         timer = .none
@@ -513,10 +531,10 @@ final class ClientConnection: ConnectionHandler {
         case .webSocket:
             let unixNow = Int64(time(nil))
             if mode == .hub {
-                if unixNow >= tokenExpiresAt + Int64(hub.verifier.leeway) {
+                if unixNow >= expiryTime {
                     return close(code: CloseCode(4001), reason: "ErrAccessTokenExpired")
                 }
-                if !warnedExpiry && unixNow >= tokenExpiresAt - Int64(configuration.tokenWarningSeconds) {
+                if !warnedExpiry && unixNow >= warningTime {
                     warnedExpiry = true
                     let remaining = max(0, tokenExpiresAt - unixNow)
                     reply { w in ClientReplies.tokenExpiring(expiresIn: remaining, into: &w) }
