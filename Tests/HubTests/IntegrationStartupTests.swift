@@ -124,4 +124,63 @@ import Testing
         #expect(hub.waitForExit(timeout: 6) == 0)
         #expect(access(hub.socketPath, F_OK) != 0)
     }
+
+    /// Runs `hub` to completion (it is expected to refuse to start); its exit status and stderr.
+    static func runFailing(_ arguments: [String], in directory: String) throws -> (status: Int32, output: String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: HubProcess.executablePath)
+        process.arguments = arguments
+        process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("HUB_") }
+        process.currentDirectoryURL = URL(fileURLWithPath: directory)
+        let errPath = directory + "/fail-\(UUID().uuidString.prefix(6)).log"
+        _ = FileManager.default.createFile(atPath: errPath, contents: nil)
+        process.standardError = FileHandle(forWritingAtPath: errPath)
+        process.standardOutput = FileHandle(forWritingAtPath: "/dev/null")
+        try process.run()
+        let deadline = Date().addingTimeInterval(10)
+        while process.isRunning && Date() < deadline { usleep(10_000) }
+        if process.isRunning { kill(process.processIdentifier, SIGKILL); process.waitUntilExit(); throw HubTestError("hub kept running: \(arguments)") }
+        return (process.terminationStatus, (try? String(contentsOfFile: errPath, encoding: .utf8)) ?? "")
+    }
+
+    @Test func refusesToStartWhenSomethingIsInTheWay() throws {
+        let hub = try HubProcess()
+        let dir = hub.directory
+        // Another hub answers on the socket: exit 1, and the running hub's socket is left alone.
+        var r = try Self.runFailing(["--listen", "127.0.0.1:0", "--socket", hub.socketPath, "--state-dir", dir + "/s2"], in: dir)
+        #expect(r.status == 1, "\(r.output)")
+        #expect(r.output.contains(hub.socketPath), "\(r.output)")
+        #expect(try hub.publish(channel: "wallet_updates", account: "a")["ok"] as? Bool == true)
+        // The port is taken: exit 1.
+        r = try Self.runFailing(["--listen", "127.0.0.1:\(hub.port)", "--socket", dir + "/other.sock", "--state-dir", dir + "/s2"], in: dir)
+        #expect(r.status == 1, "\(r.output)")
+        #expect(r.output.contains("127.0.0.1:\(hub.port)"), "\(r.output)")
+        #expect(access(dir + "/other.sock", F_OK) != 0, "a hub that could not start left its socket behind")
+        // A path that is not a socket is never removed.
+        let plain = dir + "/plain-file"
+        #expect(FileManager.default.createFile(atPath: plain, contents: Data("keep".utf8)))
+        r = try Self.runFailing(["--listen", "127.0.0.1:0", "--socket", plain, "--state-dir", dir + "/s2"], in: dir)
+        #expect(r.status == 1, "\(r.output)")
+        #expect((try? String(contentsOfFile: plain, encoding: .utf8)) == "keep")
+        // Bad options: exit 2.
+        r = try Self.runFailing(["--rate-limit", "zero"], in: dir)
+        #expect(r.status == 2 && r.output.contains("--rate-limit"), "\(r.output)")
+        r = try Self.runFailing(["--no-such-option"], in: dir)
+        #expect(r.status == 2, "\(r.output)")
+        // An unreadable secret file: exit 1.
+        r = try Self.runFailing(["--listen", "127.0.0.1:0", "--socket", dir + "/o2.sock", "--jwt-secret-file", dir + "/missing"], in: dir)
+        #expect(r.status == 1 && r.output.contains(dir + "/missing"), "\(r.output)")
+    }
+
+    @Test func staleSocketFileIsReplaced() throws {
+        let first = try HubProcess()
+        // A crashed hub leaves its socket file behind.
+        #expect(first.stop(signal: SIGKILL) != 0)
+        #expect(access(first.socketPath, F_OK) == 0)
+        let second = try HubProcess(["--socket", first.socketPath])
+        #expect(second.startupLine.contains("socket \(first.socketPath);"))
+        // `first.publish` talks to first.socketPath, where the second hub now listens.
+        #expect(try first.publish(channel: "wallet_updates", account: "a")["ok"] as? Bool == true)
+        withExtendedLifetime(second) {}
+    }
 }
