@@ -43,6 +43,23 @@ import WSProtocol
         #expect(try refreshed.nextText() == #"{"type":"test_event","channel":"wallet_updates","seq":1,"data":{}}"#)
     }
 
+    /// A refresh to another short-lived token re-arms the warning and the expiry for the new `exp`.
+    @Test func refreshToAnotherShortTokenWarnsAgainAndClosesAtTheNewExpiry() throws {
+        let hub = try HubProcess(["--jwt-leeway", "0s", "--token-warning", "2s"])
+        let first = Int64(time(nil)) + 2
+        let ws = try hub.client("acc_1", token: try hub.token("acc_1", exp: first))
+        let warning = try parseObject(try ws.nextText(timeout: 4))
+        #expect(warning["type"] as? String == "token_expiring", "\(warning)")
+        let second = Int64(time(nil)) + 4
+        try ws.send(text: "{\"type\":\"auth\",\"token\":\"\(try hub.token("acc_1", exp: second))\"}")
+        #expect(try ws.nextText() == "{\"type\":\"authenticated\",\"expiresAt\":\(second)}")
+        let again = try parseObject(try ws.nextText(timeout: 5))
+        #expect(again["type"] as? String == "token_expiring", "\(again)")
+        #expect(Int64(time(nil)) >= first, "warned again before the first token would have expired")
+        #expect(try ws.expectClose(timeout: 5).code == 4001)
+        #expect(Int64(time(nil)) >= second)
+    }
+
     /// A validly signed token that expires far in the future (year 3000, or Int64.max) must not crash the hub
     /// when it schedules the expiry.
     @Test func farFutureExpiryIsAcceptedAndTheHubSurvives() throws {
@@ -65,6 +82,11 @@ import WSProtocol
         let good = try hub.client("acc_1", channels: ["wallet_updates"])
         let silent = try hub.client("acc_2", channels: ["wallet_updates"])
         silent.autoPong = false
+        // Never answers pings, but talks: any frame proves it is alive.
+        let chatty = try hub.client("acc_3", channels: ["wallet_updates"])
+        chatty.autoPong = false
+        var lastChat = Date()
+        var chattyPongs = 0
         var goodPings = 0
         var silentPings = 0
         var silentClose: UInt16?? = nil
@@ -74,6 +96,14 @@ import WSProtocol
                 if case .ping = m { goodPings += 1 }
                 if case .close = m { Issue.record("the well-behaved client was closed: \(m)") }
             }
+            if Date().timeIntervalSince(lastChat) > 0.4 {
+                try chatty.send(text: #"{"type":"ping"}"#)
+                lastChat = Date()
+            }
+            while let m = try chatty.receive(timeout: 0.01) {
+                if case .text = m { chattyPongs += 1 }
+                if case .close = m { Issue.record("the chatty client was closed: \(m)") }
+            }
             if silentClose == nil, let m = try silent.receive(timeout: 0.05) {
                 if case .ping = m { silentPings += 1 }
                 if case .close(let code, _) = m { silentClose = .some(code) }
@@ -82,10 +112,12 @@ import WSProtocol
         #expect(silentPings >= 1)
         #expect(silentClose == .some(4002))
         #expect(goodPings >= 3)
+        #expect(chattyPongs >= 8)
         try good.send(text: #"{"type":"ping","id":1}"#)
         #expect(try good.nextText() == #"{"type":"pong","id":1}"#)
         #expect(try hub.publish(channel: "wallet_updates", account: "acc_1")["delivered"] as? Int == 1)
         #expect(try hub.publish(channel: "wallet_updates", account: "acc_2")["delivered"] as? Int == 0)
+        #expect(try hub.publish(channel: "wallet_updates", account: "acc_3")["delivered"] as? Int == 1)
     }
 
     /// Reads a client on its own thread until an event of type `end`, so it keeps up while the test publishes.

@@ -128,14 +128,21 @@ final class Witness {
         let hub = try HubProcess(["--max-message-bytes", "1024"])
         let witness = try Witness(hub)
 
+        // Exactly at the limit is fine.
+        let exact = try hub.client("ok")
+        let padding = 1024 - #"{"type":"ping","pad":""}"#.utf8.count
+        try exact.send(text: "{\"type\":\"ping\",\"pad\":\"" + String(repeating: "x", count: padding) + "\"}")
+        #expect(try exact.nextText() == #"{"type":"pong"}"#)
+
         var ws = try hub.client("bad")
         try ws.sendFrame(.binary, [1, 2, 3])
         #expect(try ws.expectClose().code == 1003)
-        #expect(try ws.waitForEOF())
+        try ws.sendClose(code: 1003)  // our close reply completes the handshake: the hub closes TCP at once
+        #expect(try ws.waitForEOF(timeout: 1))
         try witness.check("binary frame")
 
         ws = try hub.client("bad")
-        try ws.send(text: "{\"type\":\"ping\",\"pad\":\"" + String(repeating: "x", count: 1100) + "\"}")
+        try ws.send(text: "{\"type\":\"ping\",\"pad\":\"" + String(repeating: "x", count: padding + 1) + "\"}")
         #expect(try ws.expectClose().code == 1009)
         try witness.check("message over the limit")
 

@@ -218,6 +218,9 @@ final class TestWebSocket {
         return texts
     }
 
+    /// Closes our side of TCP (what a client does once the server closed after the close handshake).
+    func shutdownTCP() { shutdown(fd, Int32(SHUT_RDWR)) }
+
     /// Waits for the server to close the TCP connection.
     func waitForEOF(timeout: Double = 5) throws -> Bool {
         let deadline = Date().addingTimeInterval(timeout)
