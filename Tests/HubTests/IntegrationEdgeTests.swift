@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import Testing
+import WSProtocol
 @testable import Hub
 
 /// Edges of the contract: concurrent publishers, absent data, CRLF lines, size and subscription limits,
@@ -104,5 +105,71 @@ import Testing
         #expect(throws: (any Error).self) { _ = try hub.client("acc_2") }
         try ws.sendClose(code: 1001)
         #expect(hub.waitForExit(timeout: 8) == 0)
+    }
+}
+
+@Suite struct IntegrationEdgeClientTests {
+    /// Accounts are compared as decoded strings: a token `sub` with quotes, slashes and non-ASCII receives the
+    /// events published to the same account however the backend escapes it, and nobody else does.
+    @Test func accountNamesWithEscapesMatchDecoded() throws {
+        let hub = try HubProcess()
+        let odd = "acc/ü\"x\\y"
+        let ws = try hub.client(odd, channels: ["wallet_updates"])
+        let near = try hub.client("acc/ü\"x", channels: ["wallet_updates"])
+        let escaped = #"{"op":"publish","channel":"wallet_updates","account":"acc\/\u00fc\"x\\y","type":"t","data":1}"#
+        let plain = "{\"op\":\"publish\",\"channel\":\"wallet_updates\",\"account\":\(jsonString(odd)),\"type\":\"t\",\"data\":2}"
+        let replies = try hub.admin().requests([escaped, plain]).map { try parseObject($0) }
+        #expect(replies.map { $0["seq"] as? Int } == [1, 2] && replies.map { $0["delivered"] as? Int } == [1, 1], "\(replies)")
+        #expect(try ws.drainTexts(quiet: 0.2) == [#"{"type":"t","channel":"wallet_updates","seq":1,"data":1}"#,
+                                                 #"{"type":"t","channel":"wallet_updates","seq":2,"data":2}"#])
+        #expect(try near.isQuiet(for: 0.1))
+        let conns = try hub.request("{\"op\":\"connections\",\"account\":\(jsonString(odd))}")
+        #expect(conns["total"] as? Int == 1 && (conns["connections"] as? [[String: Any]])?.first?["account"] as? String == odd)
+        #expect(try hub.request("{\"op\":\"disconnect\",\"account\":\(jsonString(odd))}")["disconnected"] as? Int == 1)
+        #expect(try ws.expectClose().code == 1000)
+        #expect(try near.isQuiet(for: 0.1))
+    }
+
+    /// A subscribe sent in the same write as the upgrade request is handled, not lost.
+    @Test func framesBehindTheRequestAreRead() throws {
+        let hub = try HubProcess()
+        let subscribe = FrameEncoder.clientFrame(opcode: .text, payload: Array(#"{"type":"subscribe","channels":["wallet_updates"],"id":1}"#.utf8))
+        let ws = try TestWebSocket.connect(port: hub.port, headers: [("Authorization", "Bearer \(try hub.token("acc_1"))")],
+                                           behindRequest: subscribe)
+        #expect(try ws.nextText() == #"{"type":"subscribed","channels":["wallet_updates"],"id":1}"#)
+        #expect(try hub.publish(channel: "wallet_updates", account: "acc_1")["delivered"] as? Int == 1)
+    }
+
+    @Test func headersAreRecordedAndClipped() throws {
+        let hub = try HubProcess()
+        let long = String(repeating: "é", count: 40)  // 80 bytes: clipped to at most 64
+        let ws = try hub.client("acc_1", headers: [("X-Platform", "Android"), ("X-App-Version", long)])
+        defer { withExtendedLifetime(ws) {} }
+        let info = (try hub.request(#"{"op":"connections"}"#)["connections"] as? [[String: Any]])?.first ?? [:]
+        #expect(info["platform"] as? String == "Android")
+        let version = info["appVersion"] as? String ?? ""
+        #expect(version.utf8.count <= 64 && long.hasPrefix(version) && version.count == 32, "\(version)")
+    }
+
+    @Test func echoEndpointOnlyWhenEnabled() throws {
+        let off = try HubProcess()
+        #expect(try rawHTTP(port: off.port, IntegrationRefusalTests.upgradeRequest(path: "/echo")).status == 404)
+
+        let hub = try HubProcess(["--echo"])
+        #expect(hub.startupLine.contains("/echo enabled"))
+        let ws = try TestWebSocket.connect(port: hub.port, path: "/echo", deflate: PerMessageDeflateConfiguration())
+        #expect(ws.response.headers[first: "Sec-WebSocket-Extensions"]?.hasPrefix("permessage-deflate") == true)
+        try ws.send(text: "héllo")
+        #expect(try ws.receive() == .text("héllo"))
+        let big = (0..<200_000).map { UInt8(truncatingIfNeeded: $0 &* 31) }  // over /ws's 64 KiB, under /echo's 16 MiB
+        try ws.sendFrame(.binary, big)
+        let echoed = try ws.receive(timeout: 10)
+        if case .binary(let bytes) = echoed {
+            #expect(bytes == big)
+        } else {
+            Issue.record("expected the binary echo, got \(String(describing: echoed).prefix(300))")
+        }
+        // /ws still refuses without a token, /echo never asks for one.
+        #expect(try rawHTTP(port: hub.port, IntegrationRefusalTests.upgradeRequest()).status == 401)
     }
 }

@@ -30,9 +30,14 @@ final class TestWebSocket {
     private(set) var closedByPeer = false
     let response: HTTPResponseHead
 
-    private init(fd: Int32, response: HTTPResponseHead, leftover: [UInt8]) {
+    private init(fd: Int32, response: HTTPResponseHead, leftover: [UInt8], deflate: PerMessageDeflateParameters? = nil) {
         self.fd = fd
         self.response = response
+        if let deflate {
+            // The server may compress what it sends: inflate it (we send uncompressed, which is always allowed).
+            reader = MessageReader(configuration: MessageReaderConfiguration(role: .client, maxFrameSize: 64 << 20, maxMessageSize: 64 << 20),
+                                   decompressor: PerMessageInflater(parameters: deflate, role: .client))
+        }
         if !leftover.isEmpty { feed(leftover) }
     }
 
@@ -57,11 +62,12 @@ final class TestWebSocket {
 
     /// Performs the opening handshake; throws `Refused` when the server answers with anything but 101.
     static func connect(port: Int, path: String = "/ws", headers: [(String, String)] = [],
-                        deflate: PerMessageDeflateConfiguration? = nil, receiveBuffer: Int32? = nil) throws -> TestWebSocket {
+                        deflate: PerMessageDeflateConfiguration? = nil, receiveBuffer: Int32? = nil,
+                        behindRequest: [UInt8] = []) throws -> TestWebSocket {
         let fd = try tcpConnect(port: port, receiveBuffer: receiveBuffer)
         let key = ClientHandshake.makeKey()
         let request = ClientHandshake.request(host: "127.0.0.1:\(port)", path: path, key: key, extraHeaders: headers, deflate: deflate)
-        try writeAll(fd, request)
+        try writeAll(fd, request + behindRequest)  // frames may ride in the same write as the request
         var parser = HTTPResponseParser()
         var buffer = [UInt8](repeating: 0, count: 65536)
         let deadline = Date().addingTimeInterval(5)
@@ -86,8 +92,8 @@ final class TestWebSocket {
                     Glibc.close(fd)
                     throw Refused(status: head.status, headers: head.headers, body: String(decoding: body, as: UTF8.self))
                 }
-                _ = try ClientHandshake.verify(head, key: key, offeredSubprotocols: [], deflate: deflate)
-                return TestWebSocket(fd: fd, response: head, leftover: Array(chunk[consumed...]))
+                let result = try ClientHandshake.verify(head, key: key, offeredSubprotocols: [], deflate: deflate)
+                return TestWebSocket(fd: fd, response: head, leftover: Array(chunk[consumed...]), deflate: result.deflate)
             }
         }
         Glibc.close(fd)
