@@ -121,11 +121,15 @@ import Testing
         let line = String(decoding: try #require(try tail.readLine()), as: UTF8.self)
         #expect(line.hasPrefix(#"{"event":{"type":"wallet_balance_changed","channel":"wallet_updates","account":"acc_1","broadcast":false,"seq":1,"delivered":1,"at":"#), "\(line)")
         #expect(line.hasSuffix(",\"data\":\(data)}}"), "\(line)")
+        // The account tail leaves the broadcast out: its next line is the next acc_1 event.
+        #expect(try hub.publish(channel: "wallet_updates", account: "acc_1", type: "next", data: "5")["seq"] as? Int == 2)
+        let next = String(decoding: try #require(try tail.readLine()), as: UTF8.self)
+        #expect(next.hasPrefix(#"{"event":{"type":"next","channel":"wallet_updates","account":"acc_1","broadcast":false,"seq":2,"delivered":1,"#), "\(next)")
         let lines = try (0..<3).map { _ in try parseObject(try #require(try all.readLine())) }
         let events = lines.map { $0["event"] as? [String: Any] ?? [:] }
         #expect(events.map { $0["account"] as? String } == ["acc_2", "acc_1", nil])
         #expect(events.map { $0["broadcast"] as? Bool } == [false, false, true])
         #expect(events.map { $0["delivered"] as? Int } == [0, 1, 1])
-        #expect(try ws.drainTexts(quiet: 0.2).count == 2)
+        #expect(try ws.drainTexts(quiet: 0.2).count == 3)
     }
 }
