@@ -73,6 +73,24 @@ import WSProtocol
         #expect(try ws.nextText() == #"{"type":"test_event","channel":"wallet_updates","seq":2,"data":2}"#)
     }
 
+    /// `--max-event-bytes` bounds the framed event counted with the widest seq (20 digits), so the limit holds
+    /// for every seq the stream can reach: exactly at it is accepted, one byte more is refused.
+    @Test func eventSizeLimitBoundary() throws {
+        let hub = try HubProcess(["--max-event-bytes", "1024"])
+        let ws = try hub.client("acc_1", channels: ["wallet_updates"])
+        let fixed = #"{"type":"t","channel":"wallet_updates","seq":"#.utf8.count + 20 + #","data":}"#.utf8.count
+        let dataCount = 1024 - 4 - fixed  // 4: the frame header for 126...65535 payload bytes
+        func publish(_ count: Int) throws -> [String: Any] {
+            let data = "\"" + String(repeating: "d", count: count - 2) + "\""
+            return try hub.publish(channel: "wallet_updates", account: "acc_1", type: "t", data: data)
+        }
+        let atLimit = try publish(dataCount)
+        #expect(atLimit["ok"] as? Bool == true && atLimit["delivered"] as? Int == 1, "\(atLimit)")
+        #expect(try ws.nextText().utf8.count == 1024 - 4 - 19)  // seq 1 is 19 digits shorter than the bound
+        let over = try publish(dataCount + 1)
+        #expect((over["error"] as? [String: Any])?["code"] as? String == "EVENT_TOO_LARGE", "\(over)")
+    }
+
     @Test func subscriptionLimit() throws {
         let hub = try HubProcess(["--channels", "a,b,c", "--max-subscriptions", "2"])
         let ws = try hub.client("acc_1", channels: ["a", "b"])

@@ -243,5 +243,17 @@ import WSProtocol
         // An idle connection that sent nothing gets the same.
         let idle = try rawHTTP(port: hub.port, [])
         #expect(idle.status == 408)
+        // Trickling bytes does not extend the deadline (slowloris).
+        let trickle = try TestWebSocket.tcpConnect(port: hub.port)
+        defer { close(trickle) }
+        let trickleStart = Date()
+        for byte in Array("GET /ws HTTP/1.1\r\nHost: x\r\n".utf8).prefix(6) {
+            try TestWebSocket.writeAll(trickle, [byte])
+            usleep(200_000)
+        }
+        let trickled = try readHTTPResponse(trickle, timeout: 5)
+        #expect(trickled.status == 408 && Date().timeIntervalSince(trickleStart) < 3.5)
+        // Nothing is left counted as handshaking.
+        #expect(eventually { ((try? hub.stats()["connections"] as? [String: Any])?["handshaking"] as? Int) == 0 })
     }
 }
