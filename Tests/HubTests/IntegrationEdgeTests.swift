@@ -191,3 +191,57 @@ import WSProtocol
         #expect(try rawHTTP(port: hub.port, IntegrationRefusalTests.upgradeRequest()).status == 401)
     }
 }
+
+@Suite struct IntegrationPublisherFlowTests {
+    final class Box: @unchecked Sendable {
+        let admin: AdminClient
+        let lock = NSLock()
+        var sent = 0
+        var error: String?
+        init(_ admin: AdminClient) { self.admin = admin }
+    }
+
+    /// A publisher that pipelines far more than the hub lets pile up (65,536 unanswered requests, 1 MiB of
+    /// queued replies) while reading replies on another thread: the hub pauses and resumes reading, and every
+    /// request gets its reply, in order.
+    @Test func deepPipelineIsThrottledNotLost() throws {
+        let hub = try HubProcess()
+        let ws = try hub.client("acc_1", channels: ["wallet_updates"])
+        let total = 70_000
+        let box = Box(try hub.admin())
+        box.admin.readTimeout = 20
+        // Every 1000th to a connected account, the rest to nobody (account "n": one stream).
+        let writer = Thread {
+            var chunk: [UInt8] = []
+            chunk.reserveCapacity(70_000)
+            for i in 0..<total {
+                chunk.append(contentsOf: #"{"op":"publish","channel":"wallet_updates","account":""#.utf8)
+                chunk.append(contentsOf: (i % 1000 == 0 ? "acc_1" : "n").utf8)
+                chunk.append(contentsOf: #"","type":"t","data":"#.utf8)
+                chunk.append(contentsOf: String(i).utf8)
+                chunk.append(contentsOf: "}\n".utf8)
+                if chunk.count > 60_000 || i == total - 1 {
+                    do { try box.admin.send(chunk) } catch { box.lock.withLock { box.error = "\(error)" }; return }
+                    chunk.removeAll(keepingCapacity: true)
+                }
+            }
+        }
+        writer.start()
+        var badReplies = 0
+        for i in 0..<total {
+            let reply = try #require(try box.admin.readLine(), "reply \(i) missing")
+            let seq = i % 1000 == 0 ? i / 1000 + 1 : i - i / 1000
+            let expected = "{\"ok\":true,\"seq\":\(seq),\"delivered\":\(i % 1000 == 0 ? 1 : 0)}"
+            if !reply.elementsEqual(expected.utf8) {
+                badReplies += 1
+                if badReplies < 3 { Issue.record("reply \(i): \(String(decoding: reply, as: UTF8.self)), expected \(expected)") }
+            }
+        }
+        #expect(badReplies == 0)
+        #expect(box.lock.withLock { box.error } == nil)
+        let texts = try ws.drainTexts(quiet: 0.3)
+        #expect(texts.count == total / 1000)
+        #expect(texts.first == #"{"type":"t","channel":"wallet_updates","seq":1,"data":0}"#)
+        #expect(texts.last == "{\"type\":\"t\",\"channel\":\"wallet_updates\",\"seq\":\(total / 1000),\"data\":\(total - 1000)}")
+    }
+}
