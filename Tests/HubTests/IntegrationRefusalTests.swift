@@ -173,6 +173,14 @@ final class Witness {
         #expect(try ws.expectClose().code == 1002)
         try witness.check("RSV1")
 
+        // Bad close frames: a code that may not be sent, a 1-byte body, a reason that is not UTF-8.
+        for (payload, code) in [([UInt8]([0x03, 0xE7]), UInt16(1002)), ([0x03, 0xED], 1002), ([0x03], 1002), ([0x03, 0xE8, 0xC3, 0x28], 1007)] {
+            ws = try hub.client("bad")
+            try ws.sendFrame(.close, payload)
+            #expect(try ws.expectClose().code == code, "close payload \(payload)")
+        }
+        try witness.check("bad close frames")
+
         // A client's close is echoed with its code.
         ws = try hub.client("bad")
         try ws.sendClose(code: 4321, reason: "done")
@@ -186,7 +194,7 @@ final class Witness {
         #expect(try ws.receive() == .pong([9, 8, 7]))
 
         let stats = try hub.stats()
-        #expect((stats["drops"] as? [String: Any])?["protocolErrors"] as? Int == 6, "\(stats)")
+        #expect((stats["drops"] as? [String: Any])?["protocolErrors"] as? Int == 10, "\(stats)")
     }
 
     @Test func clientMessageErrorsKeepTheConnectionOpen() throws {
