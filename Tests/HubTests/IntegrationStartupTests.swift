@@ -60,6 +60,13 @@ import Testing
         #expect(health.json["uptimeSeconds"] is Double || health.json["uptimeSeconds"] is Int)
         #expect(health.json["connections"] as? Int == 1)
 
+        // HEAD: the same head, no body.
+        let head = try rawHTTP(port: hub.port, "HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(head.status == 200 && head.body.isEmpty && Int(head.headers["content-length"] ?? "") ?? 0 > 0, "\(head)")
+        #expect(try rawHTTP(port: hub.port, "POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n").status == 405)
+        let metricsHead = try rawHTTP(port: hub.port, "HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(metricsHead.status == 200 && metricsHead.body.isEmpty, "\(metricsHead)")
+
         for i in 1...3 {
             #expect(try hub.publish(channel: "wallet_updates", account: "acc_1", data: "\(i)")["delivered"] as? Int == 1)
         }

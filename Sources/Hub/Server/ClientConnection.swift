@@ -129,32 +129,49 @@ final class ClientConnection: ConnectionHandler {
             guard head.method == "GET" || head.method == "HEAD" else { return respondHTTP(Self.methodNotAllowed()) }
             let loop = context.loop
             let me = LoopBound(self)
+            let headOnly = head.method == "HEAD"
             hub.gatherHealthJSON { text in
-                loop.execute { me.value?.respondHTTP(HTTPResponse.json(status: 200, body: text)) }
+                loop.execute { me.value?.respondHTTP(HTTPResponse.json(status: 200, body: text), headOnly: headOnly) }
             }
         case "/metrics":
             guard head.method == "GET" || head.method == "HEAD" else { return respondHTTP(Self.methodNotAllowed()) }
             let loop = context.loop
             let me = LoopBound(self)
+            let headOnly = head.method == "HEAD"
             hub.gatherMetricsText { text in
                 loop.execute { me.value?.respondHTTP(HTTPResponse.make(
-                    status: 200, headers: [("Content-Type", "text/plain; version=0.0.4; charset=utf-8")], body: Array(text.utf8))) }
+                    status: 200, headers: [("Content-Type", "text/plain; version=0.0.4; charset=utf-8")], body: Array(text.utf8)),
+                    headOnly: headOnly) }
             }
         default:
             respondHTTP(HTTPError(status: 404, code: "NOT_FOUND", message: "no such path: \(head.path)").response())
         }
     }
 
+    /// The response up to and including the blank line that ends its head.
+    static func head(of response: [UInt8]) -> ArraySlice<UInt8> {
+        var i = 3
+        while i < response.count {
+            if response[i] == 0x0A && response[i - 1] == 0x0D && response[i - 2] == 0x0A && response[i - 3] == 0x0D {
+                return response[...i]
+            }
+            i += 1
+        }
+        return response[...]
+    }
+
     static func methodNotAllowed() -> [UInt8] {
         HTTPError(status: 405, code: "METHOD_NOT_ALLOWED", message: "only GET is allowed here", headers: [("Allow", "GET")]).response()
     }
 
-    /// Sends a complete HTTP response and closes after it is flushed.
-    func respondHTTP(_ response: [UInt8]) {
+    /// Sends a complete HTTP response and closes after it is flushed. `headOnly` (a HEAD request) sends the head
+    /// alone: same status and headers, Content-Length included, but no body (RFC 9110 section 9.3.2).
+    func respondHTTP(_ response: [UInt8], headOnly: Bool = false) {
         guard let connection, phase == .http else { return }
         count(as: .none)
         phase = .done
-        response.withUnsafeBytes { _ = connection.write(copying: $0) }
+        let bytes = headOnly ? Self.head(of: response) : response[...]
+        bytes.withUnsafeBytes { _ = connection.write(copying: $0) }
         connection.close(.graceful(linger: .seconds(2)))
     }
 
