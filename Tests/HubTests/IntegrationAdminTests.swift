@@ -132,4 +132,40 @@ import Testing
         #expect(events.map { $0["delivered"] as? Int } == [0, 1, 1])
         #expect(try ws.drainTexts(quiet: 0.2).count == 3)
     }
+
+    /// A tail pipelined behind other requests: their replies come first, then `tailing`, then events; a publish
+    /// sent before the tail request (same write) is not tailed.
+    @Test func tailPipelinedBehindRequestsKeepsReplyOrder() throws {
+        let hub = try HubProcess()
+        let tail = try hub.admin()
+        let first = #"{"op":"publish","channel":"wallet_updates","account":"acc_1","type":"before","data":1}"#
+        let stats = #"{"op":"stats","id":"s"}"#
+        let start = #"{"op":"tail","channel":"wallet_updates"}"#
+        try tail.send(Array((first + "\n" + stats + "\n" + start + "\n").utf8))
+        let line1 = String(decoding: try #require(try tail.readLine()), as: UTF8.self)
+        #expect(line1 == #"{"ok":true,"seq":1,"delivered":0}"#)
+        let line2 = try parseObject(try #require(try tail.readLine()))
+        #expect(line2["id"] as? String == "s" && line2["stats"] != nil, "\(line2)")
+        let line3 = String(decoding: try #require(try tail.readLine()), as: UTF8.self)
+        #expect(line3 == #"{"ok":true,"tailing":"wallet_updates"}"#)
+        #expect(try hub.publish(channel: "wallet_updates", account: "acc_1", type: "after", data: "2")["seq"] as? Int == 2)
+        let line4 = String(decoding: try #require(try tail.readLine()), as: UTF8.self)
+        #expect(line4.hasPrefix(#"{"event":{"type":"after","#), "\(line4)")
+    }
+
+    /// Events published by others while a tail's earlier replies are still being gathered wait behind them.
+    @Test func tailEventsNeverOvertakeEarlierReplies() throws {
+        let hub = try HubProcess()
+        let publisher = try hub.admin()
+        for round in 0..<20 {
+            let tail = try hub.admin()
+            try tail.send(Array(("{\"op\":\"stats\"}\n{\"op\":\"channels\"}\n{\"op\":\"tail\",\"channel\":\"wallet_updates\"}\n").utf8))
+            _ = try publisher.request("{\"op\":\"publish\",\"channel\":\"wallet_updates\",\"broadcast\":true,\"type\":\"r\",\"data\":\(round)}")
+            let lines = try (0..<3).map { _ in String(decoding: try #require(try tail.readLine()), as: UTF8.self) }
+            #expect(lines[0].hasPrefix(#"{"ok":true,"stats":"#), "round \(round): \(lines)")
+            #expect(lines[1].hasPrefix(#"{"ok":true,"channels":"#), "round \(round): \(lines)")
+            #expect(lines[2] == #"{"ok":true,"tailing":"wallet_updates"}"#, "round \(round): \(lines)")
+            if lines[2] != #"{"ok":true,"tailing":"wallet_updates"}"# { break }
+        }
+    }
 }
