@@ -81,6 +81,7 @@ import Testing
         let lines = Set(metrics.body.split(separator: "\n").map(String.init))
         for expected in [
             "hub_connections 1",
+            "hub_connections_handshaking 1",  // the idle TCP connection above; not the scrape itself
             "# TYPE hub_connections gauge",
             "hub_events_published_total{channel=\"wallet_updates\"} 3",
             "hub_events_published_total{channel=\"profile_updates\"} 1",

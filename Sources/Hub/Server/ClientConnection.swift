@@ -127,6 +127,7 @@ final class ClientConnection: ConnectionHandler {
             upgrade(head, mode: .echo)
         case "/healthz":
             guard head.method == "GET" || head.method == "HEAD" else { return respondHTTP(Self.methodNotAllowed()) }
+            count(as: .none)  // its request is complete: not a handshake any more, so it does not count itself
             let loop = context.loop
             let me = LoopBound(self)
             let headOnly = head.method == "HEAD"
@@ -135,6 +136,7 @@ final class ClientConnection: ConnectionHandler {
             }
         case "/metrics":
             guard head.method == "GET" || head.method == "HEAD" else { return respondHTTP(Self.methodNotAllowed()) }
+            count(as: .none)  // as above: hub_connections_handshaking does not include the scrape itself
             let loop = context.loop
             let me = LoopBound(self)
             let headOnly = head.method == "HEAD"
