@@ -100,6 +100,10 @@ import Testing
         #expect(try hub.request(#"{"op":"disconnect","account":"nobody"}"#)["disconnected"] as? Int == 0)
         let badCode = try hub.request(#"{"op":"disconnect","account":"acc_b","code":1006}"#)
         #expect(badCode["ok"] as? Bool == false && (badCode["error"] as? [String: Any])?["code"] as? String == "INVALID_REQUEST", "\(badCode)")
+        let longReason = try hub.request("{\"op\":\"disconnect\",\"account\":\"acc_b\",\"reason\":\"\(String(repeating: "r", count: 124))\"}")
+        #expect((longReason["error"] as? [String: Any])?["code"] as? String == "INVALID_REQUEST", "\(longReason)")
+        let both = try hub.request(#"{"op":"disconnect","account":"acc_b","conn":"0-1"}"#)
+        #expect((both["error"] as? [String: Any])?["code"] as? String == "INVALID_REQUEST", "\(both)")
         #expect(try hub.publish(channel: "wallet_updates", account: "acc_b")["delivered"] as? Int == 1)
     }
 
@@ -167,5 +171,29 @@ import Testing
             #expect(lines[2] == #"{"ok":true,"tailing":"wallet_updates"}"#, "round \(round): \(lines)")
             if lines[2] != #"{"ok":true,"tailing":"wallet_updates"}"# { break }
         }
+    }
+
+    /// A tail that does not read is closed once more than 1 MiB is queued for it; publishing goes on.
+    @Test func tailThatCannotKeepUpIsClosed() throws {
+        let hub = try HubProcess()
+        let tail = try hub.admin()
+        #expect(String(decoding: try tail.request(#"{"op":"tail","channel":"wallet_updates"}"#), as: UTF8.self)
+                == #"{"ok":true,"tailing":"wallet_updates"}"#)
+        let admin = try hub.admin()
+        let line = "{\"op\":\"publish\",\"channel\":\"wallet_updates\",\"account\":\"a\",\"type\":\"big\",\"data\":\"" + String(repeating: "q", count: 8192) + "\"}"
+        let total = 400  // 3.2 MiB of tail lines
+        for _ in 0..<(total / 20) {
+            let replies = try admin.requests(Array(repeating: line, count: 20)).map { try parseObject($0) }
+            #expect(replies.allSatisfy { $0["ok"] as? Bool == true })
+        }
+        var received = 0
+        tail.readTimeout = 5
+        do {
+            while try tail.readLine() != nil { received += 1 }
+        } catch {
+            // A reset instead of a clean end is fine too.
+        }
+        #expect(received > 0 && received < total, "\(received)")
+        #expect(try hub.publish(channel: "wallet_updates", account: "a")["seq"] as? Int == total + 1)
     }
 }
