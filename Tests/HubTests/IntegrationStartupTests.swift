@@ -35,6 +35,33 @@ import Testing
         #expect(try ws.nextText() == #"{"type":"hello","channel":"wallet_updates","seq":1,"data":{"x":1}}"#)
     }
 
+    /// The modes do not depend on the umask the hub inherits: with umask 000 the socket is still 0660 (never
+    /// world-writable), the state dir 0700 and the secret 0600.
+    @Test func modesHoldUnderAPermissiveUmask() throws {
+        let old = umask(0)
+        let hub: HubProcess
+        do {
+            defer { umask(old) }
+            hub = try HubProcess()
+        }
+        #expect(try Self.mode(hub.socketPath).permissions == 0o660)
+        #expect(try Self.mode(hub.stateDirectory).permissions == 0o700)
+        #expect(try Self.mode(hub.stateDirectory + "/jwt-secret").permissions == 0o600)
+    }
+
+    @Test func readableSecretFileIsWarnedAbout() throws {
+        let hub = try HubProcess()
+        let path = hub.directory + "/shared-secret"
+        #expect(FileManager.default.createFile(atPath: path, contents: Data("  a-shared-secret-of-at-least-32-bytes-long \n".utf8),
+                                               attributes: [.posixPermissions: 0o644]))
+        let second = try HubProcess(["--jwt-secret-file", path])
+        #expect(second.startupLine.contains("auth HS256 (secret file \(path))"), "\(second.startupLine)")
+        #expect(second.logLines(containing: "\(path) is readable by other users").count == 1, "\(second.log)")
+        // Surrounding whitespace is not part of the secret.
+        let token = try JWTSigner(key: .hmacSecret(Array("a-shared-secret-of-at-least-32-bytes-long".utf8))).sign(JWTClaims(sub: "s", exp: Int64(time(nil)) + 60))
+        _ = try second.client("s", token: token)
+    }
+
     @Test func restartReusesTheGeneratedSecretWithoutSayingGenerated() throws {
         let hub = try HubProcess()
         let secret = try hub.secret()
