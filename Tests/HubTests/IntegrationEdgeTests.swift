@@ -158,6 +158,21 @@ import WSProtocol
         #expect(try hub.publish(channel: "wallet_updates", account: "acc_1")["delivered"] as? Int == 1)
     }
 
+    /// `/ws` declines permessage-deflate by omission; the scheme of the Authorization header is case-insensitive.
+    @Test func deflateDeclinedAndBearerCaseInsensitive() throws {
+        let hub = try HubProcess()
+        let ws = try TestWebSocket.connect(port: hub.port, headers: [("Authorization", "bearer \(try hub.token("acc_1"))")],
+                                           deflate: PerMessageDeflateConfiguration())
+        #expect(ws.response.headers[first: "Sec-WebSocket-Extensions"] == nil)
+        try ws.send(text: #"{"type":"subscribe","channels":["wallet_updates"]}"#)
+        #expect(try ws.nextText() == #"{"type":"subscribed","channels":["wallet_updates"]}"#)
+        let data = "[" + String(repeating: "1,", count: 200) + "1]"  // compressible, and still sent as is
+        #expect(try hub.publish(channel: "wallet_updates", account: "acc_1", data: data)["delivered"] as? Int == 1)
+        #expect(try ws.nextText() == "{\"type\":\"test_event\",\"channel\":\"wallet_updates\",\"seq\":1,\"data\":\(data)}")
+        let upper = try TestWebSocket.connect(port: hub.port, headers: [("Authorization", "BEARER \(try hub.token("acc_1"))")])
+        withExtendedLifetime(upper) {}
+    }
+
     @Test func headersAreRecordedAndClipped() throws {
         let hub = try HubProcess()
         let long = String(repeating: "é", count: 40)  // 80 bytes: clipped to at most 64
