@@ -94,6 +94,10 @@ import Testing
         let twice = try ws.nextText()
         #expect(twice == #"{"type":"subscribed","channels":["profile_updates"],"id":7}"#, "\(twice)")  // names deduplicated
         #expect(try hub.publish(channel: "profile_updates", account: "acc_1")["delivered"] as? Int == 1)
+        try ws.send(text: #"{"type":"unsubscribe","channels":["profile_updates","profile_updates"]}"#)
+        let drained = try ws.drainTexts(quiet: 0.2)
+        #expect(drained.last == #"{"type":"unsubscribed","channels":["profile_updates"]}"#, "\(drained)")
+        #expect(try hub.publish(channel: "profile_updates", account: "acc_1")["delivered"] as? Int == 0)
     }
 
     /// ~30 accounts × 1-3 connections, random subscriptions, ~500 random publishes pipelined on one socket
