@@ -49,6 +49,16 @@ import Testing
         #expect(try Self.mode(hub.stateDirectory + "/jwt-secret").permissions == 0o600)
     }
 
+    /// Options from HUB_ variables; a flag wins over its variable.
+    @Test func environmentVariablesSetOptions() throws {
+        let hub = try HubProcess(["--max-connections", "2"], environment: ["HUB_MAX_CONNECTIONS": "1", "HUB_CHANNELS": "alpha,beta"])
+        #expect(hub.startupLine.contains("channels alpha,beta;") && hub.startupLine.contains("up to 2 connections"), "\(hub.startupLine)")
+        let clients = try (0..<2).map { _ in try hub.client("acc", channels: ["beta"]) }
+        #expect(throws: TestWebSocket.Refused.self) { _ = try hub.client("acc") }
+        #expect(try hub.publish(channel: "beta", account: "acc")["delivered"] as? Int == 2)
+        withExtendedLifetime(clients) {}
+    }
+
     @Test func readableSecretFileIsWarnedAbout() throws {
         let hub = try HubProcess()
         let path = hub.directory + "/shared-secret"
