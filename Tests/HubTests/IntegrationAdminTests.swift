@@ -81,6 +81,7 @@ import Testing
         for ws in [a1, a2] {
             let close = try ws.expectClose()
             #expect(close.code == 4000 && close.reason == "bye")
+            #expect(try ws.completeClose(code: 4000))
         }
         #expect(try hub.publish(channel: "wallet_updates", account: "acc_b")["delivered"] as? Int == 2)
         #expect(try hub.publish(channel: "wallet_updates", account: "acc_a")["delivered"] as? Int == 0)
@@ -92,6 +93,7 @@ import Testing
         #expect(reply["ok"] as? Bool == true && reply["disconnected"] as? Int == 1 && reply["id"] as? Int == 1)
         let close = try b1.expectClose()
         #expect(close.code == 1000 && close.reason == "disconnected by operator")
+        #expect(try b1.completeClose())
         #expect(try hub.publish(channel: "wallet_updates", account: "acc_b")["delivered"] as? Int == 1)
         #expect(try b2.drainTexts(quiet: 0.2).count == 2)
 
@@ -105,6 +107,17 @@ import Testing
         let both = try hub.request(#"{"op":"disconnect","account":"acc_b","conn":"0-1"}"#)
         #expect((both["error"] as? [String: Any])?["code"] as? String == "INVALID_REQUEST", "\(both)")
         #expect(try hub.publish(channel: "wallet_updates", account: "acc_b")["delivered"] as? Int == 1)
+
+        // When everyone is gone, nothing is left behind: no connections, no subscriptions.
+        try b2.sendClose()
+        _ = try b2.expectClose()  // the hub echoes our close
+        b2.shutdownTCP()
+        #expect(eventually {
+            guard let stats = try? hub.stats() else { return false }
+            return (stats["connections"] as? [String: Any])?["open"] as? Int == 0 && stats["subscriptions"] as? Int == 0
+        })
+        let channels = try hub.request(#"{"op":"channels"}"#)["channels"] as? [[String: Any]] ?? []
+        #expect(channels.allSatisfy { $0["subscribers"] as? Int == 0 && $0["accounts"] as? Int == 0 }, "\(channels)")
     }
 
     @Test func tailStreamsPublishedEventsWithDataByteForByte() throws {

@@ -224,6 +224,16 @@ final class TestWebSocket {
         return texts
     }
 
+    /// Answers the server's close frame like a well-behaved client: echo the code, wait for the server to close
+    /// TCP, then close ours. Returns whether the server closed TCP within `timeout`.
+    @discardableResult
+    func completeClose(code: UInt16 = 1000, timeout: Double = 2) throws -> Bool {
+        try sendClose(code: code)
+        let closed = try waitForEOF(timeout: timeout)
+        shutdownTCP()
+        return closed
+    }
+
     /// Closes our side of TCP (what a client does once the server closed after the close handshake).
     func shutdownTCP() { shutdown(fd, Int32(SHUT_RDWR)) }
 
