@@ -188,6 +188,13 @@ final class Witness {
         #expect(try ws.waitForEOF())
         try witness.check("client close")
 
+        // An empty close is answered with an empty close (the echo: no code).
+        ws = try hub.client("bad")
+        try ws.sendFrame(.close, [])
+        let emptyEcho = try ws.expectClose()
+        #expect(emptyEcho.code == nil && emptyEcho.reason.isEmpty, "\(emptyEcho)")
+        #expect(try ws.waitForEOF(timeout: 1))
+
         // A client's ping gets a pong with the same payload.
         ws = try hub.client("bad")
         try ws.sendFrame(.ping, [9, 8, 7])
