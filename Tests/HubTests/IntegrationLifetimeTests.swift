@@ -229,6 +229,31 @@ import WSProtocol
         })
     }
 
+    /// Out of descriptors (Unix-socket connections, which the connection limit does not count, ate them): new
+    /// clients get HTTP 503 from the reserve descriptor, the hub logs it once, and recovers when descriptors free up.
+    @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/prlimit")))
+    func descriptorExhaustionAnswers503AndRecovers() throws {
+        let hub = try HubProcess(launcher: ["/usr/bin/prlimit", "--nofile=80:80"])
+        #expect(hub.startupLine.contains("up to 40 connections"), "\(hub.startupLine)")  // 80 - (32 + 4 × 2)
+        var admins: [AdminClient] = []
+        for _ in 0..<45 { admins.append(try hub.admin()) }
+        _ = try admins[44].request(#"{"op":"stats"}"#)  // all 45 accepted
+        var clients: [TestWebSocket] = []
+        var refused: [TestWebSocket.Refused] = []
+        for _ in 0..<40 {
+            do { clients.append(try hub.client("acc_1")) } catch let r as TestWebSocket.Refused { refused.append(r) }
+            if refused.count >= 3 { break }
+        }
+        #expect(clients.count > 0 && clients.count < 40, "\(clients.count) connected")
+        #expect(refused.count == 3 && refused.allSatisfy { $0.status == 503 && $0.errorCode == "SERVICE_UNAVAILABLE" }, "\(refused)")
+        #expect(eventually { hub.logLines(containing: "out of file descriptors").count == 1 }, "\(hub.log)")
+        #expect(hub.logLines(containing: "out of file descriptors").count == 1)
+        // Free descriptors: clients connect again, and the hub kept working throughout.
+        admins.removeAll()
+        #expect(eventually { (try? hub.client("acc_1")).map { clients.append($0) } != nil })
+        #expect(try hub.publish(channel: "wallet_updates", account: "acc_1")["ok"] as? Bool == true)
+    }
+
     @Test func handshakeTimeoutAnswers408AndCloses() throws {
         let hub = try HubProcess(["--handshake-timeout", "1s"])
         let fd = try TestWebSocket.tcpConnect(port: hub.port)

@@ -22,6 +22,7 @@ final class HubCore: Sendable {
     private let openClients = Atomic<Int>(0)
     private let shuttingDown = Atomic<Bool>(false)
     private let capacityWarned = Atomic<Bool>(false)
+    private let descriptorsWarned = Atomic<Bool>(false)
 
     init(configuration: HubConfiguration, verifier: JWTVerifier, authDescription: String, contexts: [LoopContext],
          maxConnections: Int, descriptorLimit: Int, listenAddress: @escaping @Sendable () -> String, log: @escaping @Sendable (String) -> Void) {
@@ -53,6 +54,17 @@ final class HubCore: Sendable {
             log("at the connection limit (\(maxConnections)): refusing new clients with HTTP 503 until connections close (raise the open-file limit or --max-connections)")
         }
         return false
+    }
+
+    /// Descriptor exhaustion: every loop's listener reports its own burst, so the hub logs only the first report
+    /// until a client is accepted again (one line per burst for the whole hub, as OPERATIONS.md says).
+    func descriptorsExhausted(_ message: @autoclosure () -> String) {
+        if !descriptorsWarned.exchange(true, ordering: .relaxed) { log(message()) }
+    }
+
+    /// A client was accepted: descriptors are available again, so the next exhaustion is a new burst.
+    func clientAccepted() {
+        if descriptorsWarned.load(ordering: .relaxed) { descriptorsWarned.store(false, ordering: .relaxed) }
     }
 
     func clientClosed() {

@@ -27,16 +27,23 @@ final class HubProcess: @unchecked Sendable {
         URL(fileURLWithPath: executablePath).deletingLastPathComponent().appendingPathComponent("hubctl").path
     }
 
-    init(_ arguments: [String] = [], environment: [String: String] = [:], threads: Int = 2) throws {
+    /// `launcher`: a command that execs the hub in the same process (e.g. `prlimit --nofile=80:80`).
+    init(_ arguments: [String] = [], environment: [String: String] = [:], threads: Int = 2, launcher: [String] = []) throws {
         directory = NSTemporaryDirectory() + "hubtest-" + UUID().uuidString.prefix(8)
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         socketPath = directory + "/hub.sock"
         stateDirectory = directory + "/state"
         logPath = directory + "/hub.log"
         _ = FileManager.default.createFile(atPath: logPath, contents: nil)
-        process.executableURL = URL(fileURLWithPath: Self.executablePath)
-        process.arguments = ["--listen", "127.0.0.1:0", "--socket", socketPath, "--state-dir", stateDirectory,
-                             "--threads", String(threads)] + arguments
+        let hubArguments = ["--listen", "127.0.0.1:0", "--socket", socketPath, "--state-dir", stateDirectory,
+                            "--threads", String(threads)] + arguments
+        if let command = launcher.first {
+            process.executableURL = URL(fileURLWithPath: command)
+            process.arguments = Array(launcher.dropFirst()) + [Self.executablePath] + hubArguments
+        } else {
+            process.executableURL = URL(fileURLWithPath: Self.executablePath)
+            process.arguments = hubArguments
+        }
         var env = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("HUB_") }
         env.merge(environment) { $1 }
         process.environment = env
