@@ -127,30 +127,53 @@ final class ClientConnection: ConnectionHandler {
             upgrade(head, mode: .echo)
         case "/healthz":
             guard head.method == "GET" || head.method == "HEAD" else { return respondHTTP(Self.methodNotAllowed()) }
-            respondHTTP(HTTPResponse.json(status: 200, body: hub.healthJSON()))
-        case "/metrics":
-            guard head.method == "GET" || head.method == "HEAD" else { return respondHTTP(Self.methodNotAllowed()) }
+            count(as: .none)  // its request is complete: not a handshake any more, so it does not count itself
             let loop = context.loop
             let me = LoopBound(self)
+            let headOnly = head.method == "HEAD"
+            hub.gatherHealthJSON { text in
+                loop.execute { me.value?.respondHTTP(HTTPResponse.json(status: 200, body: text), headOnly: headOnly) }
+            }
+        case "/metrics":
+            guard head.method == "GET" || head.method == "HEAD" else { return respondHTTP(Self.methodNotAllowed()) }
+            count(as: .none)  // as above: hub_connections_handshaking does not include the scrape itself
+            let loop = context.loop
+            let me = LoopBound(self)
+            let headOnly = head.method == "HEAD"
             hub.gatherMetricsText { text in
                 loop.execute { me.value?.respondHTTP(HTTPResponse.make(
-                    status: 200, headers: [("Content-Type", "text/plain; version=0.0.4; charset=utf-8")], body: Array(text.utf8))) }
+                    status: 200, headers: [("Content-Type", "text/plain; version=0.0.4; charset=utf-8")], body: Array(text.utf8)),
+                    headOnly: headOnly) }
             }
         default:
             respondHTTP(HTTPError(status: 404, code: "NOT_FOUND", message: "no such path: \(head.path)").response())
         }
     }
 
+    /// The response up to and including the blank line that ends its head.
+    static func head(of response: [UInt8]) -> ArraySlice<UInt8> {
+        var i = 3
+        while i < response.count {
+            if response[i] == 0x0A && response[i - 1] == 0x0D && response[i - 2] == 0x0A && response[i - 3] == 0x0D {
+                return response[...i]
+            }
+            i += 1
+        }
+        return response[...]
+    }
+
     static func methodNotAllowed() -> [UInt8] {
         HTTPError(status: 405, code: "METHOD_NOT_ALLOWED", message: "only GET is allowed here", headers: [("Allow", "GET")]).response()
     }
 
-    /// Sends a complete HTTP response and closes after it is flushed.
-    func respondHTTP(_ response: [UInt8]) {
+    /// Sends a complete HTTP response and closes after it is flushed. `headOnly` (a HEAD request) sends the head
+    /// alone: same status and headers, Content-Length included, but no body (RFC 9110 section 9.3.2).
+    func respondHTTP(_ response: [UInt8], headOnly: Bool = false) {
         guard let connection, phase == .http else { return }
         count(as: .none)
         phase = .done
-        response.withUnsafeBytes { _ = connection.write(copying: $0) }
+        let bytes = headOnly ? Self.head(of: response) : response[...]
+        bytes.withUnsafeBytes { _ = connection.write(copying: $0) }
         connection.close(.graceful(linger: .seconds(2)))
     }
 
@@ -287,7 +310,7 @@ final class ClientConnection: ConnectionHandler {
 
     private func echo(_ opcode: Opcode, _ payload: UnsafeRawBufferPointer) {
         let frame: SharedBytes
-        if let compressor, payload.count >= 64 {
+        if let compressor, payload.count >= 64 {  // a class: its deflate stream state lives in the object
             let compressed = compressor.compressMessage(payload)
             frame = compressed.withUnsafeBytes { LoopContext.frame(opcode: opcode, $0, rsv1: true) }
         } else {
@@ -487,8 +510,8 @@ final class ClientConnection: ConnectionHandler {
             var d = nextPingAt
             if pongDeadline != 0 { d = min(d, pongDeadline) }
             if mode == .hub {
-                d = min(d, deadline(forUnixTime: tokenExpiresAt + Int64(hub.verifier.leeway)))
-                if !warnedExpiry { d = min(d, deadline(forUnixTime: tokenExpiresAt - Int64(hub.configuration.tokenWarningSeconds))) }
+                d = min(d, deadline(forUnixTime: expiryTime))
+                if !warnedExpiry { d = min(d, deadline(forUnixTime: warningTime)) }
             }
             return d
         case .closing:
@@ -498,10 +521,28 @@ final class ClientConnection: ConnectionHandler {
         }
     }
 
-    private func deadline(forUnixTime t: Int64) -> UInt64 {
-        let remaining = t - Int64(time(nil))
-        return monotonicNanos() &+ UInt64(max(0, remaining)) * 1_000_000_000
+    /// When the token stops being accepted (`exp` + leeway), saturating: a validly signed token may carry any
+    /// `exp` up to Int64.max, and overflowing here trapped and took the whole hub down.
+    private var expiryTime: Int64 {
+        let (t, overflow) = tokenExpiresAt.addingReportingOverflow(Int64(hub.verifier.leeway))
+        return overflow ? .max : t
     }
+
+    /// When `token_expiring` is due.
+    private var warningTime: Int64 {
+        let (t, overflow) = tokenExpiresAt.subtractingReportingOverflow(Int64(hub.configuration.tokenWarningSeconds))
+        return overflow ? .min : t
+    }
+
+    /// A monotonic deadline for a Unix time. Capped at a year ahead: the timer then fires, finds nothing due and
+    /// re-arms, so a far-future `exp` costs one wake-up a year instead of an overflow.
+    private func deadline(forUnixTime t: Int64) -> UInt64 {
+        let (remaining, overflow) = t.subtractingReportingOverflow(Int64(time(nil)))
+        let seconds = overflow ? (t > 0 ? Self.maxTimerSeconds : 0) : min(Self.maxTimerSeconds, UInt64(max(0, remaining)))
+        return monotonicNanos() &+ seconds * 1_000_000_000
+    }
+
+    static let maxTimerSeconds: UInt64 = 365 * 24 * 3600
 
     private func timerFired() {
         timer = .none
@@ -516,10 +557,10 @@ final class ClientConnection: ConnectionHandler {
         case .webSocket:
             let unixNow = Int64(time(nil))
             if mode == .hub {
-                if unixNow >= tokenExpiresAt + Int64(hub.verifier.leeway) {
+                if unixNow >= expiryTime {
                     return close(code: CloseCode(4001), reason: "ErrAccessTokenExpired")
                 }
-                if !warnedExpiry && unixNow >= tokenExpiresAt - Int64(configuration.tokenWarningSeconds) {
+                if !warnedExpiry && unixNow >= warningTime {
                     warnedExpiry = true
                     let remaining = max(0, tokenExpiresAt - unixNow)
                     reply { w in ClientReplies.tokenExpiring(expiresIn: remaining, into: &w) }
@@ -530,7 +571,10 @@ final class ClientConnection: ConnectionHandler {
             }
             if now >= nextPingAt {
                 _ = connection?.write(context.pingFrame)
-                nextPingAt = now + UInt64(configuration.pingIntervalSeconds) * 1_000_000_000
+                // From the previous deadline, not from now: the timer fires up to one tick (1 s) late, and counting
+                // from the late firing made every interval a tick longer (--ping-interval 1s pinged every 2 s).
+                let interval = UInt64(configuration.pingIntervalSeconds) * 1_000_000_000
+                nextPingAt = nextPingAt + interval > now ? nextPingAt + interval : now + interval
                 if pongDeadline == 0 { pongDeadline = now + UInt64(configuration.pongTimeoutSeconds) * 1_000_000_000 }
             }
         case .closing:

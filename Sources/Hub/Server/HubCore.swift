@@ -22,6 +22,7 @@ final class HubCore: Sendable {
     private let openClients = Atomic<Int>(0)
     private let shuttingDown = Atomic<Bool>(false)
     private let capacityWarned = Atomic<Bool>(false)
+    private let descriptorsWarned = Atomic<Bool>(false)
 
     init(configuration: HubConfiguration, verifier: JWTVerifier, authDescription: String, contexts: [LoopContext],
          maxConnections: Int, descriptorLimit: Int, listenAddress: @escaping @Sendable () -> String, log: @escaping @Sendable (String) -> Void) {
@@ -53,6 +54,17 @@ final class HubCore: Sendable {
             log("at the connection limit (\(maxConnections)): refusing new clients with HTTP 503 until connections close (raise the open-file limit or --max-connections)")
         }
         return false
+    }
+
+    /// Descriptor exhaustion: every loop's listener reports its own burst, so the hub logs only the first report
+    /// until a client is accepted again (one line per burst for the whole hub, as OPERATIONS.md says).
+    func descriptorsExhausted(_ message: @autoclosure () -> String) {
+        if !descriptorsWarned.exchange(true, ordering: .relaxed) { log(message()) }
+    }
+
+    /// A client was accepted: descriptors are available again, so the next exhaustion is a new burst.
+    func clientAccepted() {
+        if descriptorsWarned.load(ordering: .relaxed) { descriptorsWarned.store(false, ordering: .relaxed) }
     }
 
     func clientClosed() {
@@ -242,13 +254,19 @@ final class HubCore: Sendable {
 
     // MARK: HTTP endpoints
 
-    func healthJSON() -> String {
+    /// `/healthz`: `connections` counts open WebSocket connections (as `stats` and `hub_connections` do), not
+    /// every TCP connection: the probe's own connection and other handshakes are not connections yet.
+    func gatherHealthJSON(_ done: @escaping @Sendable (String) -> Void) {
+        gather({ $0.counters.upgraded }) { [self] counts in done(healthJSON(connections: counts.reduce(0, +))) }
+    }
+
+    func healthJSON(connections: Int) -> String {
         var w = JSONWriter(capacity: 256)
         w.beginObject()
         w.field("status", isShuttingDown ? "shutting_down" : "ok")
         w.field("version", HubVersion.string)
         w.field("uptimeSeconds", wallClockSeconds() - startedAt)
-        w.field("connections", clientCount)
+        w.field("connections", connections)
         w.endObject()
         return String(decoding: w.bytes, as: UTF8.self)
     }

@@ -187,6 +187,7 @@ final class ClientAcceptor: ListenerDelegate {
             Glibc.close(fd)
             return
         }
+        hub.clientAccepted()
         let client = ClientConnection(context: context, serial: context.nextSerial)
         context.nextSerial += 1
         do {
@@ -206,7 +207,7 @@ final class ClientAcceptor: ListenerDelegate {
 
     func descriptorsExhausted(errno: Int32, on loop: EventLoop) {
         let limit = context.hub.descriptorLimit
-        context.hub.log("out of file descriptors (\(errno == EMFILE ? "EMFILE: the process limit \(limit)" : "ENFILE: the system limit") is reached): refusing new clients with HTTP 503 until descriptors free up")
+        context.hub.descriptorsExhausted("out of file descriptors (\(errno == EMFILE ? "EMFILE: the process limit \(limit)" : "ENFILE: the system limit") is reached): refusing new clients with HTTP 503 until descriptors free up")
     }
 
     private func refuse(_ fd: Int32) {

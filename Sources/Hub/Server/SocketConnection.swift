@@ -24,6 +24,9 @@ final class SocketConnection: ConnectionHandler {
     private var draftSlots: [(slot: Slot, id: RawJSON?)] = []
     private var skippingLongLine = false
     private(set) var tail: (channel: Int, account: String?)?
+    /// The tail starts receiving events only once every reply before it, and its own `tailing` reply, is written:
+    /// events must not overtake earlier replies, and publishes sent before the tail request are not tailed.
+    private var tailAwaitingStart = false
     private var paused = false
 
     /// Past this many unanswered requests or queued reply bytes, stop reading until the client catches up.
@@ -129,10 +132,10 @@ final class SocketConnection: ConnectionHandler {
             }
         case .tail(let channel, let account):
             guard let index = hub.channelIndex[channel] else { return replyUnknownChannel(channel, id: id) }
-            submitDrafts()  // publishes before the tail request are not tailed
+            submitDrafts()  // publishes before the tail request are not tailed (see `tailAwaitingStart`)
             append(Slot(replyLine { SocketReplies.tailing(channel: channel, id: id, into: &$0) }))
             tail = (index, account)
-            context.ledger?.addTail(self)
+            tailAwaitingStart = true
         }
     }
 
@@ -223,6 +226,11 @@ final class SocketConnection: ConnectionHandler {
             slotHead = 0
         }
         if !out.isEmpty { _ = out.withUnsafeBytes { connection.write(copying: $0) } }
+        if tailAwaitingStart && slotHead == slots.count {
+            // Every earlier publish has completed (and was recorded without this tail): start tailing.
+            tailAwaitingStart = false
+            context.ledger?.addTail(self)
+        }
         if !paused && (pendingCount > Self.maxPendingReplies || connection.queuedBytes > Self.maxQueuedReplyBytes) {
             paused = true
             connection.pauseReading()

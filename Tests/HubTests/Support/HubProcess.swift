@@ -27,16 +27,23 @@ final class HubProcess: @unchecked Sendable {
         URL(fileURLWithPath: executablePath).deletingLastPathComponent().appendingPathComponent("hubctl").path
     }
 
-    init(_ arguments: [String] = [], environment: [String: String] = [:], threads: Int = 2) throws {
+    /// `launcher`: a command that execs the hub in the same process (e.g. `prlimit --nofile=80:80`).
+    init(_ arguments: [String] = [], environment: [String: String] = [:], threads: Int = 2, launcher: [String] = []) throws {
         directory = NSTemporaryDirectory() + "hubtest-" + UUID().uuidString.prefix(8)
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         socketPath = directory + "/hub.sock"
         stateDirectory = directory + "/state"
         logPath = directory + "/hub.log"
         _ = FileManager.default.createFile(atPath: logPath, contents: nil)
-        process.executableURL = URL(fileURLWithPath: Self.executablePath)
-        process.arguments = ["--listen", "127.0.0.1:0", "--socket", socketPath, "--state-dir", stateDirectory,
-                             "--threads", String(threads)] + arguments
+        let hubArguments = ["--listen", "127.0.0.1:0", "--socket", socketPath, "--state-dir", stateDirectory,
+                            "--threads", String(threads)] + arguments
+        if let command = launcher.first {
+            process.executableURL = URL(fileURLWithPath: command)
+            process.arguments = Array(launcher.dropFirst()) + [Self.executablePath] + hubArguments
+        } else {
+            process.executableURL = URL(fileURLWithPath: Self.executablePath)
+            process.arguments = hubArguments
+        }
         var env = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("HUB_") }
         env.merge(environment) { $1 }
         process.environment = env
@@ -93,9 +100,17 @@ final class HubProcess: @unchecked Sendable {
         try JWTSigner(key: .hmacSecret(secret())).sign(JWTClaims(sub: account, exp: now + ttl, iat: now))
     }
 
+    /// A token with an explicit `exp` (seconds since the epoch).
+    func token(_ account: String, exp: Int64) throws -> String {
+        try JWTSigner(key: .hmacSecret(secret())).sign(JWTClaims(sub: account, exp: exp, iat: Int64(time(nil))))
+    }
+
     /// Opens a WebSocket to `/ws` authenticated as `account` and subscribed to `channels`.
-    func client(_ account: String, channels: [String] = [], headers: [(String, String)] = []) throws -> TestWebSocket {
-        let ws = try TestWebSocket.connect(port: port, headers: [("Authorization", "Bearer \(try token(account))")] + headers)
+    func client(_ account: String, channels: [String] = [], headers: [(String, String)] = [], token: String? = nil,
+                receiveBuffer: Int32? = nil) throws -> TestWebSocket {
+        let bearer = try token ?? self.token(account)
+        let ws = try TestWebSocket.connect(port: port, headers: [("Authorization", "Bearer \(bearer)")] + headers,
+                                           receiveBuffer: receiveBuffer)
         if !channels.isEmpty {
             try ws.send(json: ["type": "subscribe", "channels": channels, "id": "sub"])
             let reply = try ws.nextJSON()
@@ -117,7 +132,27 @@ final class HubProcess: @unchecked Sendable {
     func request(_ line: String) throws -> [String: Any] {
         let client = try admin()
         let reply = try client.request(line)
-        return try JSONSerialization.jsonObject(with: Data(reply)) as? [String: Any] ?? [:]
+        return try parseObject(reply)
+    }
+
+    /// `{"op":"stats"}` → its `stats` object.
+    func stats() throws -> [String: Any] {
+        try request(#"{"op":"stats"}"#)["stats"] as? [String: Any] ?? [:]
+    }
+
+    /// Sends `signal` without waiting.
+    func send(signal: Int32) { kill(process.processIdentifier, signal) }
+
+    /// Waits (bounded) for the process to exit; its exit status, or nil if it is still running.
+    func waitForExit(timeout: Double) -> Int32? {
+        let deadline = Date().addingTimeInterval(timeout)
+        while process.isRunning && Date() < deadline { usleep(10_000) }
+        return process.isRunning ? nil : process.terminationStatus
+    }
+
+    /// Lines of the log containing `text`.
+    func logLines(containing text: String) -> [Substring] {
+        log.split(separator: "\n").filter { $0.contains(text) }
     }
 }
 
@@ -125,6 +160,15 @@ struct HubTestError: Error, CustomStringConvertible {
     let description: String
     init(_ description: String) { self.description = description }
 }
+
+func parseObject(_ bytes: [UInt8]) throws -> [String: Any] {
+    guard let object = try JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any] else {
+        throw HubTestError("not a JSON object: \(String(decoding: bytes, as: UTF8.self))")
+    }
+    return object
+}
+
+func parseObject(_ text: String) throws -> [String: Any] { try parseObject(Array(text.utf8)) }
 
 func jsonString(_ s: String) -> String {
     String(decoding: try! JSONSerialization.data(withJSONObject: s, options: .fragmentsAllowed), as: UTF8.self)

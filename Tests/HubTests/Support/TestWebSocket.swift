@@ -30,16 +30,25 @@ final class TestWebSocket {
     private(set) var closedByPeer = false
     let response: HTTPResponseHead
 
-    private init(fd: Int32, response: HTTPResponseHead, leftover: [UInt8]) {
+    private init(fd: Int32, response: HTTPResponseHead, leftover: [UInt8], deflate: PerMessageDeflateParameters? = nil) {
         self.fd = fd
         self.response = response
+        if let deflate {
+            // The server may compress what it sends: inflate it (we send uncompressed, which is always allowed).
+            reader = MessageReader(configuration: MessageReaderConfiguration(role: .client, maxFrameSize: 64 << 20, maxMessageSize: 64 << 20),
+                                   decompressor: PerMessageInflater(parameters: deflate, role: .client))
+        }
         if !leftover.isEmpty { feed(leftover) }
     }
 
     deinit { Glibc.close(fd) }
 
-    static func tcpConnect(port: Int, host: String = "127.0.0.1") throws -> Int32 {
+    static func tcpConnect(port: Int, host: String = "127.0.0.1", receiveBuffer: Int32? = nil) throws -> Int32 {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        if var size = receiveBuffer {
+            // Before connect, so the advertised window stays small (a slow consumer).
+            setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+        }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = in_port_t(UInt16(port).bigEndian)
@@ -53,11 +62,12 @@ final class TestWebSocket {
 
     /// Performs the opening handshake; throws `Refused` when the server answers with anything but 101.
     static func connect(port: Int, path: String = "/ws", headers: [(String, String)] = [],
-                        deflate: PerMessageDeflateConfiguration? = nil) throws -> TestWebSocket {
-        let fd = try tcpConnect(port: port)
+                        deflate: PerMessageDeflateConfiguration? = nil, receiveBuffer: Int32? = nil,
+                        behindRequest: [UInt8] = []) throws -> TestWebSocket {
+        let fd = try tcpConnect(port: port, receiveBuffer: receiveBuffer)
         let key = ClientHandshake.makeKey()
         let request = ClientHandshake.request(host: "127.0.0.1:\(port)", path: path, key: key, extraHeaders: headers, deflate: deflate)
-        try writeAll(fd, request)
+        try writeAll(fd, request + behindRequest)  // frames may ride in the same write as the request
         var parser = HTTPResponseParser()
         var buffer = [UInt8](repeating: 0, count: 65536)
         let deadline = Date().addingTimeInterval(5)
@@ -82,8 +92,8 @@ final class TestWebSocket {
                     Glibc.close(fd)
                     throw Refused(status: head.status, headers: head.headers, body: String(decoding: body, as: UTF8.self))
                 }
-                _ = try ClientHandshake.verify(head, key: key, offeredSubprotocols: [], deflate: deflate)
-                return TestWebSocket(fd: fd, response: head, leftover: Array(chunk[consumed...]))
+                let result = try ClientHandshake.verify(head, key: key, offeredSubprotocols: [], deflate: deflate)
+                return TestWebSocket(fd: fd, response: head, leftover: Array(chunk[consumed...]), deflate: result.deflate)
             }
         }
         Glibc.close(fd)
@@ -93,7 +103,8 @@ final class TestWebSocket {
     static func writeAll(_ fd: Int32, _ bytes: [UInt8]) throws {
         var offset = 0
         while offset < bytes.count {
-            let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + offset, $0.count - offset) }
+            // MSG_NOSIGNAL: a peer that already closed is an error here, never a SIGPIPE that kills the test run.
+            let n = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + offset, $0.count - offset, Int32(MSG_NOSIGNAL)) }
             guard n > 0 else { throw HubTestError("write failed: errno \(errno)") }
             offset += n
         }
@@ -203,6 +214,29 @@ final class TestWebSocket {
         return true
     }
 
+    /// Every text message until `timeout` passes with nothing new (pings answered and skipped).
+    func drainTexts(quiet timeout: Double = 0.3) throws -> [String] {
+        var texts: [String] = []
+        while let m = try receive(timeout: timeout) {
+            if case .text(let s) = m { texts.append(s) }
+            if case .close = m { break }
+        }
+        return texts
+    }
+
+    /// Answers the server's close frame like a well-behaved client: echo the code, wait for the server to close
+    /// TCP, then close ours. Returns whether the server closed TCP within `timeout`.
+    @discardableResult
+    func completeClose(code: UInt16 = 1000, timeout: Double = 2) throws -> Bool {
+        try sendClose(code: code)
+        let closed = try waitForEOF(timeout: timeout)
+        shutdownTCP()
+        return closed
+    }
+
+    /// Closes our side of TCP (what a client does once the server closed after the close handshake).
+    func shutdownTCP() { shutdown(fd, Int32(SHUT_RDWR)) }
+
     /// Waits for the server to close the TCP connection.
     func waitForEOF(timeout: Double = 5) throws -> Bool {
         let deadline = Date().addingTimeInterval(timeout)
@@ -214,4 +248,52 @@ final class TestWebSocket {
         }
         return false
     }
+}
+
+/// A plain HTTP exchange on a fresh TCP connection: writes `request` as is, reads until the server closes.
+struct RawHTTPResponse {
+    let status: Int
+    /// Header names lowercased.
+    let headers: [String: String]
+    let body: String
+    /// The server closed the TCP connection after the response (within the read timeout).
+    let closed: Bool
+    var json: [String: Any] { (try? JSONSerialization.jsonObject(with: Data(body.utf8))) as? [String: Any] ?? [:] }
+    var errorCode: String? { (json["error"] as? [String: Any])?["code"] as? String }
+}
+
+func rawHTTP(port: Int, _ request: [UInt8], timeout: Double = 5) throws -> RawHTTPResponse {
+    let fd = try TestWebSocket.tcpConnect(port: port)
+    defer { Glibc.close(fd) }
+    try? TestWebSocket.writeAll(fd, request)  // the server may answer (and stop reading) before the whole request is in
+    return try readHTTPResponse(fd, timeout: timeout)
+}
+
+func rawHTTP(port: Int, _ request: String, timeout: Double = 5) throws -> RawHTTPResponse {
+    try rawHTTP(port: port, Array(request.utf8), timeout: timeout)
+}
+
+/// Reads one HTTP response (head and Content-Length body) and waits for the server to close.
+func readHTTPResponse(_ fd: Int32, timeout: Double = 5) throws -> RawHTTPResponse {
+    var data: [UInt8] = []
+    var buffer = [UInt8](repeating: 0, count: 65536)
+    let deadline = Date().addingTimeInterval(timeout)
+    var closed = false
+    while deadline.timeIntervalSinceNow > 0 {
+        guard try TestWebSocket.waitReadable(fd, timeout: deadline.timeIntervalSinceNow) else { break }
+        let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+        if n <= 0 { closed = true; break }
+        data += buffer[0..<n]
+    }
+    let text = String(decoding: data, as: UTF8.self)
+    guard let headEnd = text.range(of: "\r\n\r\n") else { throw HubTestError("no HTTP response head: \(text.debugDescription)") }
+    let lines = text[..<headEnd.lowerBound].components(separatedBy: "\r\n")
+    let statusParts = lines[0].split(separator: " ")
+    guard statusParts.count >= 2, let status = Int(statusParts[1]) else { throw HubTestError("bad status line: \(lines[0])") }
+    var headers: [String: String] = [:]
+    for line in lines.dropFirst() {
+        guard let colon = line.firstIndex(of: ":") else { continue }
+        headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+    }
+    return RawHTTPResponse(status: status, headers: headers, body: String(text[headEnd.upperBound...]), closed: closed)
 }
