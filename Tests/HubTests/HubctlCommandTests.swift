@@ -85,6 +85,7 @@ import Testing
         #expect(run.stdout.contains("  maintenance             broadcast    3  2.0 KiB         10  2h0m ago"))
 
         let json = try HubctlRun.run(["channel", "wallet_updates", "--json"], socket: hub.path)
+        #expect(json.code == 0, "\(json.stderr)")
         #expect(json.stdout == reply + "\n")
         #expect(hub.requests.last?["account"] == nil)
     }
@@ -177,7 +178,7 @@ import Testing
         #expect(hub.received == [#"{"op":"tail","channel":"wallet_updates","account":"acc_1"}"#])
 
         let json = try HubctlRun.run(["tail", "wallet_updates", "--json"], socket: hub.path)
-        #expect(json.code == 0)
+        #expect(json.code == 0, "\(json.stderr)")
         #expect(json.stdout == event + "\n" + broadcast + "\n")
     }
 
