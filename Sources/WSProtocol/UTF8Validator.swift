@@ -70,13 +70,12 @@ public struct UTF8Validator: Sendable {
         let count = bytes.count
         guard count > 0, let p = bytes.baseAddress else { return true }
         let highBits: UInt64 = 0x8080_8080_8080_8080
-        let t = Self.table
         var i = 0
         while true {
             // 1. Finish a code point left open (by the previous chunk, or by a vector step that stopped in it).
             while s != Self.accept {
                 if i == count { state = s; return true }
-                s = t[Int(p.load(fromByteOffset: i, as: UInt8.self))] &>> s & 63
+                s = Self.table[Int(p.load(fromByteOffset: i, as: UInt8.self))] &>> s & 63
                 i &+= 1
                 if s == Self.reject { state = s; return false }
             }
@@ -100,7 +99,7 @@ public struct UTF8Validator: Sendable {
             // there is room for vectors (or to the end).
             if i < 3 || i &+ 16 > count {
                 repeat {
-                    s = t[Int(p.load(fromByteOffset: i, as: UInt8.self))] &>> s & 63
+                    s = Self.table[Int(p.load(fromByteOffset: i, as: UInt8.self))] &>> s & 63
                     i &+= 1
                 } while i < count && (s != Self.accept || i < 3 || i &+ 16 > count)
                 if s == Self.reject { state = s; return false }
@@ -116,7 +115,7 @@ public struct UTF8Validator: Sendable {
             else if p.load(fromByteOffset: i &- 2, as: UInt8.self) >= 0xE0 { k = i &- 2 }
             else if p.load(fromByteOffset: i &- 3, as: UInt8.self) >= 0xF0 { k = i &- 3 }
             while k < i {
-                s = t[Int(p.load(fromByteOffset: k, as: UInt8.self))] &>> s & 63
+                s = Self.table[Int(p.load(fromByteOffset: k, as: UInt8.self))] &>> s & 63
                 k &+= 1
             }
         }
