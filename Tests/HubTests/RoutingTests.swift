@@ -37,19 +37,25 @@ struct RoutingTests {
         #expect(registry.accountCounts(channel: 0).isEmpty)
     }
 
-    @Test func subscriberSetSwapRemoveKeepsEveryOtherElement() {
+    @Test(arguments: [3, 16, 17, 100])
+    func subscriberSetSwapRemoveKeepsEveryOtherElement(size: Int) {
         var set = SubscriberSet<FakeSubscriber>()
-        let items = (0..<100).map { FakeSubscriber("\($0)") }
+        let items = (0..<size).map { FakeSubscriber("\($0)") }
         for item in items { set.insert(item) }
         var expected = Set(items.map(\.name))
         var rng = SystemRandomNumberGenerator()
-        for item in items.shuffled(using: &rng).prefix(60) {
+        for item in items.shuffled(using: &rng).prefix(size * 6 / 10) {
             let removed = set.remove(item)
             #expect(removed)
+            let again = set.remove(item)
+            #expect(!again)
             expected.remove(item.name)
             #expect(Set(set.elements.map(\.name)) == expected)
+            #expect(items.allSatisfy { set.contains($0) == expected.contains($0.name) })
         }
-        #expect(set.count == 40)
+        #expect(set.count == size - size * 6 / 10)
+        for item in items { set.insert(item) }
+        #expect(set.count == size)
     }
 
     @Test func sequenceNumbersArePerStream() {

@@ -26,7 +26,10 @@ final class ClientConnection: ConnectionHandler {
     let connectedAt = wallClockSeconds()
     var phase = Phase.http
     var mode = Mode.hub
-    private var httpParser = HTTPRequestParser()
+    /// Only until the request head is complete, then dropped with its buffers. Boxed, so an upgraded connection
+    /// carries a nil pointer rather than the parser's inline size (idle connections are most of the hub's memory).
+    private final class ParserBox { var parser = HTTPRequestParser() }
+    private var httpParser: ParserBox? = ParserBox()
     private var reader = MessageReader(configuration: MessageReaderConfiguration(role: .server))
     private var compressor: PerMessageDeflater?
     private var closeHandshake = CloseHandshake(role: .server)
@@ -98,10 +101,12 @@ final class ClientConnection: ConnectionHandler {
     // MARK: HTTP phase
 
     private func readHTTP(_ bytes: UnsafeMutableRawBufferPointer) -> Int {
+        guard let box = httpParser else { return bytes.count }
         let result: HTTPParseResult<HTTPRequestHead>
         do {
-            result = try httpParser.parse(UnsafeRawBufferPointer(bytes))
+            result = try box.parser.parse(UnsafeRawBufferPointer(bytes))
         } catch {
+            httpParser = nil
             respondHTTP(error.response())
             return bytes.count
         }
@@ -109,6 +114,7 @@ final class ClientConnection: ConnectionHandler {
         case .needMoreData:
             return bytes.count
         case .complete(let head, let consumed):
+            httpParser = nil
             context.counters.httpRequests += 1
             route(head)
             if phase == .webSocket && consumed < bytes.count {
