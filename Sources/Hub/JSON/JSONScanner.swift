@@ -365,20 +365,7 @@ public struct JSONScanner {
             skipWhitespace()
             let value = try parseValue(depth: depth + 1)
             visitor(key, value)
-            skipWhitespace()
-            guard pos < end else { throw fail("") }
-            let b = bytes[pos]
-            if b == UInt8(ascii: ",") {
-                pos &+= 1
-                skipWhitespace()
-                if pos < end && bytes[pos] == UInt8(ascii: "}") { throw fail("trailing comma") }
-                continue
-            }
-            if b == UInt8(ascii: "}") {
-                pos &+= 1
-                return JSONValue(kind: .object, range: start..<pos)
-            }
-            throw fail("expected ',' or '}'")
+            if try endOfItem(closer: UInt8(ascii: "}")) { return JSONValue(kind: .object, range: start..<pos) }
         }
     }
 
@@ -394,21 +381,28 @@ public struct JSONScanner {
         while true {
             let value = try parseValue(depth: depth + 1)
             visitor(value)
-            skipWhitespace()
-            guard pos < end else { throw fail("") }
-            let b = bytes[pos]
-            if b == UInt8(ascii: ",") {
-                pos &+= 1
-                skipWhitespace()
-                if pos < end && bytes[pos] == UInt8(ascii: "]") { throw fail("trailing comma") }
-                continue
-            }
-            if b == UInt8(ascii: "]") {
-                pos &+= 1
-                return JSONValue(kind: .array, range: start..<pos)
-            }
-            throw fail("expected ',' or ']'")
+            if try endOfItem(closer: UInt8(ascii: "]")) { return JSONValue(kind: .array, range: start..<pos) }
         }
+    }
+
+    /// After a member or element: consumes `,` and returns false (another must follow), or consumes the closing
+    /// bracket and returns true.
+    @inline(__always)
+    mutating func endOfItem(closer: UInt8) throws(JSONError) -> Bool {
+        skipWhitespace()
+        guard pos < end else { throw fail("") }
+        let b = bytes[pos]
+        if b == UInt8(ascii: ",") {
+            pos &+= 1
+            skipWhitespace()
+            if pos < end && bytes[pos] == closer { throw fail("trailing comma") }
+            return false
+        }
+        if b == closer {
+            pos &+= 1
+            return true
+        }
+        throw fail(closer == UInt8(ascii: "}") ? "expected ',' or '}'" : "expected ',' or ']'")
     }
 
     mutating func parseNumber() throws(JSONError) -> JSONValue {
