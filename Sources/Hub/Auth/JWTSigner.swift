@@ -8,28 +8,18 @@ public struct JWTSigner: Sendable {
         case privateKeyPEM(String)
     }
 
-    private enum Material: Sendable {
-        case secret([UInt8])
-        case asymmetric(OpenSSLKey)
-    }
-
-    private let material: Material
+    private let material: JWTKeyMaterial
     public let algorithm: JWTAlgorithm
     public let keyID: String?
 
     public init(key: Key, keyID: String? = nil) throws(JWTKeyError) {
         switch key {
         case .hmacSecret(let secret):
-            guard secret.count >= minimumHMACSecretBytes else {
-                throw JWTKeyError("HMAC secret is \(secret.count) bytes; at least \(minimumHMACSecretBytes) are required")
-            }
-            material = .secret(secret)
-            algorithm = .hs256
+            material = try .hmac(secret)
         case .privateKeyPEM(let pem):
-            let key = try OpenSSLKey.privateKey(pem: pem)
-            material = .asymmetric(key)
-            algorithm = key.algorithm
+            material = .asymmetric(try OpenSSLKey.privateKey(pem: pem))
         }
+        algorithm = material.algorithm
         self.keyID = keyID
     }
 

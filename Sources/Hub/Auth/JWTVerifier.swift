@@ -53,12 +53,7 @@ public struct JWTVerifier: Sendable {
     /// Leeway is clamped to 0...maximumLeeway.
     public static let maximumLeeway = 300
 
-    private enum Material: Sendable {
-        case secret([UInt8])
-        case asymmetric(OpenSSLKey)
-    }
-
-    private let material: Material
+    private let material: JWTKeyMaterial
     public let algorithm: JWTAlgorithm
     public let issuer: String?
     public let audience: String?
@@ -69,16 +64,11 @@ public struct JWTVerifier: Sendable {
                 leeway: Int = JWTVerifier.defaultLeeway) throws(JWTKeyError) {
         switch key {
         case .hmacSecret(let secret):
-            guard secret.count >= minimumHMACSecretBytes else {
-                throw JWTKeyError("HMAC secret is \(secret.count) bytes; at least \(minimumHMACSecretBytes) are required")
-            }
-            material = .secret(secret)
-            algorithm = .hs256
+            material = try .hmac(secret)
         case .publicKeyPEM(let pem):
-            let key = try OpenSSLKey.publicKey(pem: pem)
-            material = .asymmetric(key)
-            algorithm = key.algorithm
+            material = .asymmetric(try OpenSSLKey.publicKey(pem: pem))
         }
+        algorithm = material.algorithm
         self.issuer = issuer
         self.audience = audience
         self.leeway = min(max(leeway, 0), JWTVerifier.maximumLeeway)

@@ -206,3 +206,24 @@ enum HMACSHA256 {
         return a.withUnsafeBytes { x in b.withUnsafeBytes { y in CRYPTO_memcmp(x.baseAddress, y.baseAddress, x.count) == 0 } }
     }
 }
+
+/// A signer's or verifier's key, and the one algorithm it allows (a key decides its algorithm: no confusion).
+enum JWTKeyMaterial: Sendable {
+    case secret([UInt8])
+    case asymmetric(OpenSSLKey)
+
+    /// An HS256 secret, refused under `minimumHMACSecretBytes` (RFC 7518 section 3.2).
+    static func hmac(_ secret: [UInt8]) throws(JWTKeyError) -> JWTKeyMaterial {
+        guard secret.count >= minimumHMACSecretBytes else {
+            throw JWTKeyError("HMAC secret is \(secret.count) bytes; at least \(minimumHMACSecretBytes) are required")
+        }
+        return .secret(secret)
+    }
+
+    var algorithm: JWTAlgorithm {
+        switch self {
+        case .secret: return .hs256
+        case .asymmetric(let key): return key.algorithm
+        }
+    }
+}
