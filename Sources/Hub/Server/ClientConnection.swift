@@ -56,6 +56,8 @@ final class ClientConnection: ConnectionHandler {
     private var closeDeadline: UInt64 = 0
     private var limiter: RateLimiter
     private var gauge = Gauge.none
+    /// The peer's close frame has arrived.
+    private var peerClosed = false
 
     init(context: LoopContext, serial: Int) {
         self.context = context
@@ -273,7 +275,8 @@ final class ClientConnection: ConnectionHandler {
         do {
             _ = try reader.read(bytes) { [self] message in
                 handle(message)
-                return phase == .webSocket || phase == .closing ? .continue : .stop
+                // Nothing after the peer's close frame is read (RFC 6455 5.5.1): stop there.
+                return !peerClosed && (phase == .webSocket || phase == .closing) ? .continue : .stop
             }
         } catch {
             context.counters.protocolErrors += 1
@@ -302,6 +305,7 @@ final class ClientConnection: ConnectionHandler {
         case .pong:
             break
         case .close(let code, _):
+            peerClosed = true
             switch closeHandshake.peerSentClose(code: code) {
             case .sendClose(let reply, _):
                 sendCloseFrame(reply, reason: "")

@@ -211,7 +211,7 @@ final class ClientAcceptor: ListenerDelegate {
     }
 
     private func refuse(_ fd: Int32) {
-        _ = Self.busyResponse.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+        _ = Self.busyResponse.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
     }
 }
 
