@@ -122,7 +122,11 @@ final class Coordinator {
 
     // MARK: Server and generator samples
 
-    func server() -> ProcSample { serverPID.map { ProcSample.tree($0) } ?? ProcSample() }
+    func server() -> ProcSample {
+        var s = serverPID.map { ProcSample.tree($0) } ?? ProcSample()
+        s.machine = .now()
+        return s
+    }
     func generatorCPU(_ snaps: [WorkerSnap]? = nil) -> Double {
         let own = ProcSample.single(selfPID)?.cpuSeconds ?? 0
         let w = (snaps ?? workers.map { $0.latest }).reduce(0) { $0 + $1.cpuSeconds }

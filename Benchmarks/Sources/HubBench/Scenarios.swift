@@ -51,6 +51,7 @@ extension Coordinator {
         result["handshake_latency"] = t.handshake.summary()
         result["server_rss_idle_mb"] = mb(s1.rssBytes)
         result["server_cpu_idle_percent"] = r((s1.cpuSeconds - s0.cpuSeconds) / hold * 100)
+        result["machine_cpu_idle_phase_percent"] = MachineSample.busyPercent(s0.machine, s1.machine)
         result["generator_cpu_idle_percent"] = r((generatorCPU(snaps) - g0) / hold * 100)
     }
 
@@ -67,16 +68,18 @@ extension Coordinator {
         let recipients = progressTotals().open
         let s0 = server(), g0 = generatorCPU(), p0 = publisher.snapshot()
         let rate = 1000 / intervalMs
+        let tStart = monotonicNanos()
         publisher.setRate(rate)
         watch(seconds: duration, publisher: publisher, label: "broadcast")
         publisher.setRate(0)
         let p1 = publisher.snapshot()
+        let measured = seconds(since: tStart)
         drain()
         let s1 = server()
         let snaps = snapAll()
         let g1 = generatorCPU(snaps)
         let t = Totals(snaps)
-        deliveryResults(t: t, p0: p0, p1: p1, s0: s0, s1: s1, g0: g0, g1: g1, duration: duration, recipients: recipients, rate: rate)
+        deliveryResults(t: t, p0: p0, p1: p1, s0: s0, s1: s1, g0: g0, g1: g1, duration: measured, recipients: recipients, rate: rate)
         var last = Histogram()
         for (_, v) in t.events { last.record(v.0) }
         result["last_subscriber_latency"] = last.summary()
@@ -104,6 +107,7 @@ extension Coordinator {
         result["server_cpu_us_per_delivery"] = t.received > 0 ? r((s1.cpuSeconds - s0.cpuSeconds) * 1e6 / Double(t.received), 100) : 0
         result["generator_cpu_seconds"] = r(g1 - g0, 100)
         result["generator_cpu_percent"] = r((g1 - g0) / duration * 100)
+        result["machine_cpu_percent"] = MachineSample.busyPercent(s0.machine, s1.machine)
         result["server_rss_end_mb"] = mb(s1.rssBytes)
         result["closed_by_reason"] = t.closed
     }
@@ -122,30 +126,34 @@ extension Coordinator {
         var best: Double? = nil
         let recipients = progressTotals().open
         for rate in steps {
-            _ = snapAll()
-            let s0 = server(), g0 = generatorCPU(), p0 = publisher.snapshot()
             publisher.setRate(rate)
+            usleep(200_000)  // settle at the new rate before measuring
+            let first = snapAll()
+            let tStart = monotonicNanos()
+            let s0 = server(), g0 = generatorCPU(first), p0 = publisher.snapshot()
             watch(seconds: stepSeconds, publisher: publisher, label: "\(Int(rate))/s")
             let p1 = publisher.snapshot(), s1 = server()
             let snaps = snapAll()
+            let dt = seconds(since: tStart)
             let g1 = generatorCPU(snaps)
             let t = Totals(snaps)
-            let achieved = Double(p1.acked - p0.acked) / stepSeconds
+            let achieved = Double(p1.acked - p0.acked) / dt
             let lat = t.latency.summary()
             let row: [String: Any] = [
                 "rate_offered": rate, "publish_rate_achieved": r(achieved, 1),
-                "deliveries_per_second": r(Double(t.received) / stepSeconds, 1),
+                "deliveries_per_second": r(Double(t.received) / dt, 1),
                 "latency": lat,
-                "server_cpu_percent": r((s1.cpuSeconds - s0.cpuSeconds) / stepSeconds * 100),
+                "server_cpu_percent": r((s1.cpuSeconds - s0.cpuSeconds) / dt * 100),
                 "server_cpu_us_per_delivery": t.received > 0 ? r((s1.cpuSeconds - s0.cpuSeconds) * 1e6 / Double(t.received), 100) : 0,
-                "generator_cpu_percent": r((g1 - g0) / stepSeconds * 100),
+                "generator_cpu_percent": r((g1 - g0) / dt * 100),
+                "machine_cpu_percent": MachineSample.busyPercent(s0.machine, s1.machine),
                 "publish_errors": p1.errors - p0.errors, "publish_skipped": p1.skipped - p0.skipped,
             ]
             rows.append(row)
             let p99 = lat["p99_ms"] ?? 0
             note(String(format: "  [per-account %@] %.0f/s offered: %.0f/s published, %.0f/s delivered, p99 %.2f ms", target.name,
-                        rate, achieved, Double(t.received) / stepSeconds, p99))
-            if p99 < 10 && achieved >= 0.9 * rate && Double(t.received) / stepSeconds >= 0.9 * rate * Double(recipients) / Double(n) {
+                        rate, achieved, Double(t.received) / dt, p99))
+            if p99 < 10 && achieved >= 0.9 * rate && Double(t.received) / dt >= 0.9 * rate * Double(recipients) / Double(n) {
                 best = rate
             }
             if p99 > 1000 || achieved < 0.5 * rate { break }
@@ -179,23 +187,25 @@ extension Coordinator {
         let c0 = Totals(first)
         let recipients = c0.open
         let s0 = server(), g0 = generatorCPU(first), p0 = publisher.snapshot()
+        let tStart = monotonicNanos()
         publisher.setRate(eventRate)
         watch(seconds: duration, publisher: publisher, label: "churn")
         publisher.setRate(0)
         let p1 = publisher.snapshot()
+        let measured = seconds(since: tStart)
         drain()
         let s1 = server()
         let snaps = snapAll()
         let g1 = generatorCPU(snaps)
         let t = Totals(snaps)
-        deliveryResults(t: t, p0: p0, p1: p1, s0: s0, s1: s1, g0: g0, g1: g1, duration: duration, recipients: 1, rate: eventRate)
+        deliveryResults(t: t, p0: p0, p1: p1, s0: s0, s1: s1, g0: g0, g1: g1, duration: measured, recipients: 1, rate: eventRate)
         result["expected_deliveries"] = Double(p1.acked - p0.acked) * Double(recipients) / Double(n)
         result["lost"] = max(0, Double(p1.acked - p0.acked) * Double(recipients) / Double(n) - Double(t.received))
         result["churn_rate_offered"] = churnRate
         result["churn_lifetime_ms"] = lifetime
         result["churn_attempted"] = t.churnAttempted - c0.churnAttempted
         result["churn_established"] = t.churnEstablished - c0.churnEstablished
-        result["churn_handshakes_per_second"] = r(Double(t.churnEstablished - c0.churnEstablished) / duration, 1)
+        result["churn_handshakes_per_second"] = r(Double(t.churnEstablished - c0.churnEstablished) / seconds(since: tStart), 1)
         result["failed_by_reason"] = t.failed
         result["stable_open_at_end"] = t.open
         result["handshake_latency"] = t.handshake.summary()
@@ -208,10 +218,10 @@ extension Coordinator {
         let n = options.int("n", 1000)
         let share = options.double("slow-share", 0.1)
         let intervalMs = options.double("interval-ms", 10)
-        let duration = options.double("duration", 15)
+        let duration = options.double("duration", 20)
         ramp(count: n, rate: options.double("rate", 5000), slowShare: share)
         let publisher = makePublisher()
-        publisher.configure(accountSpan: 0, accountPrefix: "acc_", paddingBytes: options.int("payload", 1024))
+        publisher.configure(accountSpan: 0, accountPrefix: "acc_", paddingBytes: options.int("payload", 4096))
         let first = snapAll()
         let t0 = Totals(first)
         let slowAtStart = t0.slowOpen
@@ -260,7 +270,7 @@ extension Coordinator {
         result["others_latency_first_3s"] = early.summary()
         result["others_latency_last_5s"] = late.summary()
         result["series"] = series
-        result["payload_bytes"] = options.int("payload", 1024)
+        result["payload_bytes"] = options.int("payload", 4096)
         if let admin = options.optional("admin-socket"), let client = try? AdminClient(socketPath: admin),
            let reply = try? client.request(#"{"op":"stats"}"#),
            let json = try? JSONSerialization.jsonObject(with: Data(reply)) as? [String: Any],
@@ -280,26 +290,30 @@ extension Coordinator {
         publisher.configure(accountSpan: 2 * n, accountPrefix: "acc_", paddingBytes: 0)
         let first = snapAll()
         let s0 = server(), g0 = generatorCPU(first), p0 = publisher.snapshot()
+        let tStart = monotonicNanos()
         publisher.setRate(0, unlimited: true)
         watch(seconds: duration, publisher: publisher, label: "publish")
-        publisher.setRate(0)
         let p1 = publisher.snapshot()
         let s1 = server()
+        let measured = seconds(since: tStart)
+        publisher.setRate(0)
         drain()
         let snaps = snapAll()
         let g1 = generatorCPU(snaps)
         let t = Totals(snaps)
         let acked = p1.acked - p0.acked
-        result["publishes_per_second"] = r(Double(acked) / duration, 1)
+        result["publishes_per_second"] = r(Double(acked) / measured, 1)
         result["published"] = acked
         result["publish_errors"] = p1.errors - p0.errors
         result["server_reported_delivered"] = p1.delivered - p0.delivered
         result["received"] = t.received
-        result["lost"] = max(0, Int(p1.delivered - p0.delivered) - Int(t.received))
+        let pEnd = publisher.snapshot()
+        result["lost"] = max(0, Int(pEnd.delivered - p0.delivered) - Int(t.received))
         result["latency"] = t.latency.summary()
-        result["server_cpu_percent"] = r((s1.cpuSeconds - s0.cpuSeconds) / duration * 100)
+        result["server_cpu_percent"] = r((s1.cpuSeconds - s0.cpuSeconds) / measured * 100)
         result["server_cpu_us_per_publish"] = acked > 0 ? r((s1.cpuSeconds - s0.cpuSeconds) * 1e6 / Double(acked), 100) : 0
-        result["generator_cpu_percent"] = r((g1 - g0) / duration * 100)
+        result["generator_cpu_percent"] = r((g1 - g0) / measured * 100)
+        result["machine_cpu_percent"] = MachineSample.busyPercent(s0.machine, s1.machine)
         result["publish_requests"] = p1.requests - p0.requests
         _ = stopAll()
     }

@@ -28,6 +28,8 @@ struct ProcSample: Codable {
     /// VmRSS, bytes.
     var rssBytes: Int = 0
     var processes: Int = 0
+    /// The whole machine at the same moment.
+    var machine = MachineSample()
 
     static let ticksPerSecond = Double(sysconf(Int32(_SC_CLK_TCK)))
 
@@ -213,3 +215,25 @@ func encodeLine<T: Encodable>(_ value: T) -> String {
     String(decoding: try! jsonEncoder.encode(value), as: UTF8.self)
 }
 
+
+/// Whole-machine CPU from /proc/stat: busy and total jiffies (to show how much of the box was in use).
+struct MachineSample: Codable {
+    var busy: Double = 0
+    var total: Double = 0
+
+    static func now() -> MachineSample {
+        guard let text = try? String(contentsOfFile: "/proc/stat", encoding: .utf8),
+              let line = text.split(separator: "\n").first else { return MachineSample() }
+        let v = line.split(separator: " ").dropFirst().compactMap { Double($0) }
+        guard v.count >= 5 else { return MachineSample() }
+        let total = v.prefix(8).reduce(0, +)
+        return MachineSample(busy: total - v[3] - v[4], total: total)
+    }
+
+    /// Busy share of all cores between two samples, in percent of one core (200 = both cores of two).
+    static func busyPercent(_ a: MachineSample, _ b: MachineSample) -> Double {
+        let cores = Double(max(1, sysconf(Int32(_SC_NPROCESSORS_ONLN))))
+        guard b.total > a.total else { return 0 }
+        return ((b.busy - a.busy) / (b.total - a.total) * cores * 1000).rounded() / 10
+    }
+}
