@@ -118,6 +118,9 @@ final class Coordinator {
         result["server"] = target.name
         result["kind"] = target.kind
         result["command"] = CommandLine.arguments.joined(separator: " ")
+        result["loadavg"] = (try? String(contentsOfFile: "/proc/loadavg", encoding: .utf8))?
+            .split(separator: " ").prefix(3).joined(separator: " ") ?? ""
+        result["date"] = Date().formatted(.iso8601)
     }
 
     // MARK: Server and generator samples
