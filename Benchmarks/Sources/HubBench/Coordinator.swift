@@ -214,15 +214,17 @@ final class Coordinator {
         }
     }
 
-    /// Waits (up to `max` s) until receivers stop receiving.
-    func drain(max: Double = 3) {
+    /// After the last publish: waits until receivers have received nothing for 1 s, at most `max` s. What has not
+    /// arrived by then counts as lost.
+    func drain(max: Double = 5) {
         let t0 = monotonicNanos()
         var last = progressTotals().received
+        var quietSince = monotonicNanos()
         while seconds(since: t0) < max {
-            usleep(300_000)
+            usleep(250_000)
             let now = progressTotals().received
-            if now == last { return }
-            last = now
+            if now != last { last = now; quietSince = monotonicNanos() }
+            if seconds(since: quietSince) >= 1 { return }
         }
     }
 

@@ -37,7 +37,7 @@ enum Report {
           Metric(label: "events published (replied)", path: "published", better: ""),
           Metric(label: "events not sent in time (publisher waiting on the server)", path: "publish_skipped", better: "lower"),
           Metric(label: "deliveries expected", path: "expected_deliveries", better: ""),
-          Metric(label: "deliveries lost", path: "lost", better: "lower"),
+          Metric(label: "deliveries missing (not received within 5 s after the last publish)", path: "lost", better: "lower"),
           Metric(label: "deliveries/s", path: "deliveries_per_second", better: "higher"),
           Metric(label: "server CPU per delivery (µs)", path: "server_cpu_us_per_delivery", better: "lower"),
           Metric(label: "server CPU (% of a core)", path: "server_cpu_percent", better: "lower"),
@@ -56,7 +56,7 @@ enum Report {
          [Metric(label: "accounts (connections)", path: "recipients", better: ""),
           Metric(label: "best rate with p99 < 10 ms (events/s)", path: "best_rate_p99_under_10ms", better: "higher"),
           Metric(label: "events published (all steps)", path: "published", better: ""),
-          Metric(label: "deliveries lost (all steps)", path: "lost", better: "lower")]),
+          Metric(label: "deliveries missing, all steps (≤ 5 s after the last publish)", path: "lost", better: "lower")]),
         ("churn", "4. churn: clients connecting and disconnecting while events flow",
          "N stable clients receive per-account events at a fixed rate while extra clients connect (JWT, subscribe) and leave after a short lifetime; latency is the stable clients'.",
          [Metric(label: "churn connects offered (/s)", path: "churn_rate_offered", better: ""),
@@ -64,7 +64,7 @@ enum Report {
           Metric(label: "connection failures", path: "failed", better: "lower"),
           Metric(label: "events published", path: "published", better: ""),
           Metric(label: "events not sent in time", path: "publish_skipped", better: "lower"),
-          Metric(label: "deliveries lost", path: "lost", better: "lower"),
+          Metric(label: "deliveries missing (not received within 5 s after the last publish)", path: "lost", better: "lower"),
           Metric(label: "deliveries/s", path: "deliveries_per_second", better: "higher"),
           Metric(label: "stable clients' latency p50 (ms)", path: "latency.p50_ms", better: "lower"),
           Metric(label: "stable clients' latency p99 (ms)", path: "latency.p99_ms", better: "lower"),
@@ -88,7 +88,7 @@ enum Report {
           Metric(label: "others' p99, last 5 s (ms)", path: "others_latency_last_5s.p99_ms", better: "lower"),
           Metric(label: "others' latency max (ms)", path: "latency.max_ms", better: "lower"),
           Metric(label: "events not sent in time", path: "publish_skipped", better: "lower"),
-          Metric(label: "deliveries lost (reading subscribers)", path: "lost", better: "lower"),
+          Metric(label: "deliveries missing, reading subscribers (≤ 5 s after the last publish)", path: "lost", better: "lower"),
           Metric(label: "deliveries/s", path: "deliveries_per_second", better: "higher"),
           Metric(label: "server CPU per delivery (µs)", path: "server_cpu_us_per_delivery", better: "lower"),
           Metric(label: "generator CPU (% of a core)", path: "generator_cpu_percent", better: "")]),
@@ -98,12 +98,13 @@ enum Report {
           Metric(label: "server CPU per publish (µs)", path: "server_cpu_us_per_publish", better: "lower"),
           Metric(label: "server CPU (% of a core)", path: "server_cpu_percent", better: ""),
           Metric(label: "publish errors", path: "publish_errors", better: "lower"),
-          Metric(label: "deliveries lost", path: "lost", better: "lower"),
+          Metric(label: "deliveries missing (not received within 5 s after the last publish)", path: "lost", better: "lower"),
           Metric(label: "generator CPU (% of a core)", path: "generator_cpu_percent", better: ""),
           Metric(label: "machine CPU busy (% of a core)", path: "machine_cpu_percent", better: "")]),
     ]
 
     static func value(_ run: Run, _ path: String) -> Double? {
+        if path == "loadavg1" { return (run["loadavg"] as? String)?.split(separator: " ").first.flatMap { Double($0) } }
         var cur: Any? = run
         for key in path.split(separator: ".") { cur = (cur as? [String: Any])?[String(key)] }
         if let n = cur as? NSNumber { return n.doubleValue }
@@ -196,6 +197,12 @@ enum Report {
                 md += servers.map { fmt(values[$0]) }.joined(separator: " | ")
                 if servers.contains("hub") { md += peers.map { " | " + ratio(values["hub"], values[$0]) }.joined() }
                 md += " |\n"
+            }
+            var loads: [String: Double] = [:]
+            for srv in servers { if let v = median(byServer[srv]!.compactMap { value($0, "loadavg1") }) { loads[srv] = v } }
+            if !loads.isEmpty {
+                md += "| load average (1 min) when the run started | " + servers.map { fmt(loads[$0]) }.joined(separator: " | ")
+                md += (servers.contains("hub") ? String(repeating: " | ", count: peers.count) : "") + " |\n"
             }
             // Reasons, as text.
             for (key, label) in [("failed_by_reason", "failures by reason"), ("closed_by_reason", "established connections closed, by reason")] {

@@ -136,7 +136,8 @@ extension Coordinator {
             let snaps = snapAll()
             let dt = seconds(since: tStart)
             let g1 = generatorCPU(snaps)
-            let t = Totals(snaps)
+            var t = Totals(snaps)
+            t.received -= Totals(first).received  // counters are cumulative, histograms per snapshot
             let achieved = Double(p1.acked - p0.acked) / dt
             let lat = t.latency.summary()
             let row: [String: Any] = [
@@ -231,7 +232,6 @@ extension Coordinator {
         publisher.setRate(rate)
         var series: [[String: Any]] = []
         var all = Histogram()
-        var received: UInt64 = 0
         var maxRSS = s0.rssBytes
         let start = monotonicNanos()
         var early = Histogram(), late = Histogram()
@@ -242,7 +242,6 @@ extension Coordinator {
             let s = server()
             maxRSS = max(maxRSS, s.rssBytes)
             all.merge(t.latency)
-            received = t.received
             let el = seconds(since: start)
             if el <= 3 { early.merge(t.latency) }
             if el > duration - 5 { late.merge(t.latency) }
@@ -261,7 +260,6 @@ extension Coordinator {
         var t = Totals(snaps)
         all.merge(t.latency)
         t.latency = all
-        t.received += received
         deliveryResults(t: t, p0: p0, p1: p1, s0: s0, s1: s1, g0: g0, g1: g1, duration: duration, recipients: recipients, rate: rate)
         result["slow_at_start"] = slowAtStart
         result["slow_open_at_end"] = t.slowOpen
