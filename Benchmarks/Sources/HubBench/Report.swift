@@ -19,6 +19,7 @@ enum Report {
         ("connections", "1. connections: ramp to N idle subscribed connections",
          "N clients open at a bounded rate (each authenticated with its own JWT and subscribed), then stay idle; RSS from /proc/PID/status (VmRSS) before and after the ramp.",
          [Metric(label: "target connections", path: "target_connections", better: ""),
+          Metric(label: "attempted", path: "attempted", better: ""),
           Metric(label: "established", path: "established", better: "higher"),
           Metric(label: "failed", path: "failed", better: "lower"),
           Metric(label: "handshakes/s (ramp, paced)", path: "handshakes_per_second", better: "higher"),
