@@ -171,7 +171,10 @@ enum Report {
         md += "cores); \"generator CPU\" is hubbench's own (coordinator, publisher and workers): when it is near the server's "
         md += "the load generator, not the server, may be the limit.\n\n"
         let repeats = runs.values.flatMap { $0.values.map { $0.count } }.max() ?? 1
-        if repeats > 1 { md += "Each cell is the **median of \(repeats) runs**.\n\n" }
+        if repeats > 1 {
+            md += "Each cell is the **median of \(repeats) runs** (ratios are of the medians; failure and close reasons are the "
+            md += "last run's; the per-account and slow charts show the first run's curves, the bar charts the medians).\n\n"
+        }
         if !skipped.isEmpty {
             md += "**Skipped:**\n\n" + Set(skipped).sorted().map { "- \($0)" }.joined(separator: "\n") + "\n\n"
         }
