@@ -1,0 +1,56 @@
+set terminal pngcairo size 1100,560 font 'DejaVu Sans,10'
+set output '/work/wt/loadgen/Benchmarks/results/connections.png'
+set grid ytics
+set key below
+set style fill solid 0.8 border -1
+set format y '%.0s%c'
+set multiplot layout 1,3
+$d11761 << EOD
+"hub" 4662.0
+"nchan" 4486.0
+"hummingbird" 2582.0
+"python" 1109.0
+EOD
+set title "handshakes/s during the ramp"
+set ylabel 'per second'
+set style data histograms
+set style histogram clustered
+set boxwidth 0.7
+set xtics nomirror
+set format y '%.0s%c'
+unset logscale y
+set yrange [0:*]
+plot $d11761 using 2:xtic(1) notitle lc rgb '#4477aa'
+$d27224 << EOD
+"hub" 1.794921875
+"nchan" 14.0322265625
+"hummingbird" 36.169921875
+"python" 16.107421875
+EOD
+set title "RSS per connection"
+set ylabel 'KiB'
+set style data histograms
+set style histogram clustered
+set boxwidth 0.7
+set xtics nomirror
+set format y '%.0s%c'
+unset logscale y
+set yrange [0:*]
+plot $d27224 using 2:xtic(1) notitle lc rgb '#4477aa'
+$d4908 << EOD
+"hub" 66.3
+"nchan" 45.1
+"hummingbird" 318.9
+"python" 604.8
+EOD
+set title "server CPU per handshake"
+set ylabel 'µs'
+set style data histograms
+set style histogram clustered
+set boxwidth 0.7
+set xtics nomirror
+set format y '%.0s%c'
+unset logscale y
+set yrange [0:*]
+plot $d4908 using 2:xtic(1) notitle lc rgb '#4477aa'
+unset multiplot
