@@ -8,12 +8,12 @@ enum Charts {
     static func draw(scenario: String, byServer: [String: [Run]], servers: [String], dir: String) -> String? {
         let med = { (s: String, path: String) -> Double in Report.median(byServer[s]!.compactMap { Report.value($0, path) }) ?? 0 }
         var gp = "set terminal pngcairo size 1100,560 font 'DejaVu Sans,10'\nset output '\(dir)/\(scenario).png'\n"
-        gp += "set grid ytics\nset key below\nset style fill solid 0.8 border -1\nset format y '%.0s%c'\n"
+        gp += "set grid ytics\nset key below\nset style fill solid 0.8 border -1\nset format y '%g'\n"
         func bars(_ title: String, _ ylabel: String, _ rows: [(String, Double)], log: Bool = false) -> String {
             var s = "$d\(abs(title.hashValue) % 100000) << EOD\n"
             for (name, v) in rows { s += "\"\(name)\" \(v)\n" }
             s += "EOD\nset title \"\(title)\"\nset ylabel '\(ylabel)'\nset style data histograms\nset style histogram clustered\n"
-            s += "set boxwidth 0.7\nset xtics nomirror\nset format y '%.0s%c'\n" + (log ? "set logscale y\n" : "unset logscale y\n")
+            s += "set boxwidth 0.7\nset xtics nomirror rotate by -25\nset format y '%g'\n" + (log ? "set logscale y\n" : "unset logscale y\n")
             s += "set yrange [0:*]\n".replacingOccurrences(of: "0:", with: log ? "*:" : "0:")
             s += "plot $d\(abs(title.hashValue) % 100000) using 2:xtic(1) notitle lc rgb '#4477aa'\n"
             return s
@@ -23,7 +23,7 @@ enum Charts {
             var s = "$lat << EOD\nserver " + keys.map { $0.0 }.joined(separator: " ") + "\n"
             for srv in servers { s += "\(srv) " + keys.map { String(max(med(srv, "\(prefix).\($0.1)"), 0.001)) }.joined(separator: " ") + "\n" }
             s += "EOD\nset title \"\(title)\"\nset ylabel 'ms (log scale)'\nset logscale y\nset yrange [*:*]\nset format y '%g'\n"
-            s += "set style data histograms\nset style histogram clustered gap 1\nset boxwidth 0.9\n"
+            s += "set style data histograms\nset style histogram clustered gap 1\nset boxwidth 0.9\nset xtics rotate by -25\n"
             s += "plot for [i=2:\(keys.count + 1)] $lat using i:xtic(1) title columnheader(i)\n"
             return s
         }

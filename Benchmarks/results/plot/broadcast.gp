@@ -3,7 +3,7 @@ set output '/work/wt/loadgen/Benchmarks/results/broadcast.png'
 set grid ytics
 set key below
 set style fill solid 0.8 border -1
-set format y '%.0s%c'
+set format y '%g'
 set multiplot layout 1,2
 $lat << EOD
 server p50 p90 p99 p99.9 max
@@ -20,9 +20,10 @@ set format y '%g'
 set style data histograms
 set style histogram clustered gap 1
 set boxwidth 0.9
+set xtics rotate by -25
 plot for [i=2:6] $lat using i:xtic(1) title columnheader(i)
 unset logscale y
-$d46424 << EOD
+$d91405 << EOD
 "hub" 0.74
 "nchan" 14.7
 "hummingbird" 11.58
@@ -33,9 +34,9 @@ set ylabel 'µs'
 set style data histograms
 set style histogram clustered
 set boxwidth 0.7
-set xtics nomirror
-set format y '%.0s%c'
+set xtics nomirror rotate by -25
+set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d46424 using 2:xtic(1) notitle lc rgb '#4477aa'
+plot $d91405 using 2:xtic(1) notitle lc rgb '#4477aa'
 unset multiplot

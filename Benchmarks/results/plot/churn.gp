@@ -3,7 +3,7 @@ set output '/work/wt/loadgen/Benchmarks/results/churn.png'
 set grid ytics
 set key below
 set style fill solid 0.8 border -1
-set format y '%.0s%c'
+set format y '%g'
 set multiplot layout 1,2
 $lat << EOD
 server p50 p90 p99 p99.9 max
@@ -20,9 +20,10 @@ set format y '%g'
 set style data histograms
 set style histogram clustered gap 1
 set boxwidth 0.9
+set xtics rotate by -25
 plot for [i=2:6] $lat using i:xtic(1) title columnheader(i)
 unset logscale y
-$d40141 << EOD
+$d10563 << EOD
 "hub" 500.0
 "nchan" 500.0
 "hummingbird" 500.0
@@ -33,9 +34,9 @@ set ylabel 'per second'
 set style data histograms
 set style histogram clustered
 set boxwidth 0.7
-set xtics nomirror
-set format y '%.0s%c'
+set xtics nomirror rotate by -25
+set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d40141 using 2:xtic(1) notitle lc rgb '#4477aa'
+plot $d10563 using 2:xtic(1) notitle lc rgb '#4477aa'
 unset multiplot

@@ -3,9 +3,9 @@ set output '/work/wt/loadgen/Benchmarks/results/connections.png'
 set grid ytics
 set key below
 set style fill solid 0.8 border -1
-set format y '%.0s%c'
+set format y '%g'
 set multiplot layout 1,3
-$d11761 << EOD
+$d58586 << EOD
 "hub" 4662.0
 "nchan" 4486.0
 "hummingbird" 2582.0
@@ -16,12 +16,12 @@ set ylabel 'per second'
 set style data histograms
 set style histogram clustered
 set boxwidth 0.7
-set xtics nomirror
-set format y '%.0s%c'
+set xtics nomirror rotate by -25
+set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d11761 using 2:xtic(1) notitle lc rgb '#4477aa'
-$d27224 << EOD
+plot $d58586 using 2:xtic(1) notitle lc rgb '#4477aa'
+$d78415 << EOD
 "hub" 1.794921875
 "nchan" 14.0322265625
 "hummingbird" 36.169921875
@@ -32,12 +32,12 @@ set ylabel 'KiB'
 set style data histograms
 set style histogram clustered
 set boxwidth 0.7
-set xtics nomirror
-set format y '%.0s%c'
+set xtics nomirror rotate by -25
+set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d27224 using 2:xtic(1) notitle lc rgb '#4477aa'
-$d4908 << EOD
+plot $d78415 using 2:xtic(1) notitle lc rgb '#4477aa'
+$d18815 << EOD
 "hub" 66.3
 "nchan" 45.1
 "hummingbird" 318.9
@@ -48,9 +48,9 @@ set ylabel 'µs'
 set style data histograms
 set style histogram clustered
 set boxwidth 0.7
-set xtics nomirror
-set format y '%.0s%c'
+set xtics nomirror rotate by -25
+set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d4908 using 2:xtic(1) notitle lc rgb '#4477aa'
+plot $d18815 using 2:xtic(1) notitle lc rgb '#4477aa'
 unset multiplot

@@ -3,7 +3,7 @@ set output '/work/wt/loadgen/Benchmarks/results/per-account.png'
 set grid ytics
 set key below
 set style fill solid 0.8 border -1
-set format y '%.0s%c'
+set format y '%g'
 set multiplot layout 1,2
 $s0l << EOD
 10000.0 0.401

@@ -3,9 +3,9 @@ set output '/work/wt/loadgen/Benchmarks/results/publish.png'
 set grid ytics
 set key below
 set style fill solid 0.8 border -1
-set format y '%.0s%c'
+set format y '%g'
 set multiplot layout 1,2
-$d36224 << EOD
+$d9423 << EOD
 "hub" 257738.0
 "nchan" 33296.0
 "hummingbird" 71145.0
@@ -16,12 +16,12 @@ set ylabel 'per second'
 set style data histograms
 set style histogram clustered
 set boxwidth 0.7
-set xtics nomirror
-set format y '%.0s%c'
+set xtics nomirror rotate by -25
+set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d36224 using 2:xtic(1) notitle lc rgb '#4477aa'
-$d77462 << EOD
+plot $d9423 using 2:xtic(1) notitle lc rgb '#4477aa'
+$d94155 << EOD
 "hub" 3.9
 "nchan" 22.66
 "hummingbird" 17.24
@@ -32,9 +32,9 @@ set ylabel 'µs'
 set style data histograms
 set style histogram clustered
 set boxwidth 0.7
-set xtics nomirror
-set format y '%.0s%c'
+set xtics nomirror rotate by -25
+set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d77462 using 2:xtic(1) notitle lc rgb '#4477aa'
+plot $d94155 using 2:xtic(1) notitle lc rgb '#4477aa'
 unset multiplot
