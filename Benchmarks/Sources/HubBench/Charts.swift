@@ -7,7 +7,7 @@ enum Charts {
 
     static func draw(scenario: String, byServer: [String: [Run]], servers: [String], dir: String) -> String? {
         let med = { (s: String, path: String) -> Double in Report.median(byServer[s]!.compactMap { Report.value($0, path) }) ?? 0 }
-        var gp = "set terminal pngcairo size 1100,560 font 'DejaVu Sans,10'\nset output '\(dir)/\(scenario).png'\n"
+        var gp = "set terminal pngcairo size 1100,560 font 'DejaVu Sans,10'\nset output '\(scenario).png'\n"
         gp += "set grid ytics\nset key below\nset style fill solid 0.8 border -1\nset format y '%g'\n"
         func bars(_ title: String, _ ylabel: String, _ rows: [(String, Double)], log: Bool = false) -> String {
             var s = "$d\(abs(title.hashValue) % 100000) << EOD\n"
@@ -96,7 +96,8 @@ enum Charts {
         _ = FileManager.default.createFile(atPath: script, contents: Data(gp.utf8))
         let p = Process()
         p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        p.arguments = ["gnuplot", script]
+        p.arguments = ["gnuplot", "plot/\(scenario).gp"]
+        p.currentDirectoryURL = URL(fileURLWithPath: dir)  // the scripts name their output relative to it
         do {
             try p.run()
             p.waitUntilExit()

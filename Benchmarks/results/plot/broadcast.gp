@@ -1,5 +1,5 @@
 set terminal pngcairo size 1100,560 font 'DejaVu Sans,10'
-set output '/work/wt/loadgen/Benchmarks/results/broadcast.png'
+set output 'broadcast.png'
 set grid ytics
 set key below
 set style fill solid 0.8 border -1
@@ -23,7 +23,7 @@ set boxwidth 0.9
 set xtics rotate by -25
 plot for [i=2:6] $lat using i:xtic(1) title columnheader(i)
 unset logscale y
-$d91405 << EOD
+$d48026 << EOD
 "hub" 0.74
 "nchan" 14.7
 "hummingbird" 11.58
@@ -38,5 +38,5 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d91405 using 2:xtic(1) notitle lc rgb '#4477aa'
+plot $d48026 using 2:xtic(1) notitle lc rgb '#4477aa'
 unset multiplot

@@ -1,5 +1,5 @@
 set terminal pngcairo size 1100,560 font 'DejaVu Sans,10'
-set output '/work/wt/loadgen/Benchmarks/results/churn.png'
+set output 'churn.png'
 set grid ytics
 set key below
 set style fill solid 0.8 border -1
@@ -23,7 +23,7 @@ set boxwidth 0.9
 set xtics rotate by -25
 plot for [i=2:6] $lat using i:xtic(1) title columnheader(i)
 unset logscale y
-$d10563 << EOD
+$d27625 << EOD
 "hub" 500.0
 "nchan" 500.0
 "hummingbird" 500.0
@@ -38,5 +38,5 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d10563 using 2:xtic(1) notitle lc rgb '#4477aa'
+plot $d27625 using 2:xtic(1) notitle lc rgb '#4477aa'
 unset multiplot

@@ -1,11 +1,11 @@
 set terminal pngcairo size 1100,560 font 'DejaVu Sans,10'
-set output '/work/wt/loadgen/Benchmarks/results/connections.png'
+set output 'connections.png'
 set grid ytics
 set key below
 set style fill solid 0.8 border -1
 set format y '%g'
 set multiplot layout 1,3
-$d58586 << EOD
+$d87360 << EOD
 "hub" 4662.0
 "nchan" 4486.0
 "hummingbird" 2582.0
@@ -20,8 +20,8 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d58586 using 2:xtic(1) notitle lc rgb '#4477aa'
-$d78415 << EOD
+plot $d87360 using 2:xtic(1) notitle lc rgb '#4477aa'
+$d81016 << EOD
 "hub" 1.794921875
 "nchan" 14.0322265625
 "hummingbird" 36.169921875
@@ -36,8 +36,8 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d78415 using 2:xtic(1) notitle lc rgb '#4477aa'
-$d18815 << EOD
+plot $d81016 using 2:xtic(1) notitle lc rgb '#4477aa'
+$d15959 << EOD
 "hub" 66.3
 "nchan" 45.1
 "hummingbird" 318.9
@@ -52,5 +52,5 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d18815 using 2:xtic(1) notitle lc rgb '#4477aa'
+plot $d15959 using 2:xtic(1) notitle lc rgb '#4477aa'
 unset multiplot

@@ -1,5 +1,5 @@
 set terminal pngcairo size 1100,560 font 'DejaVu Sans,10'
-set output '/work/wt/loadgen/Benchmarks/results/per-account.png'
+set output 'per-account.png'
 set grid ytics
 set key below
 set style fill solid 0.8 border -1

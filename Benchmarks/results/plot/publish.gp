@@ -1,11 +1,11 @@
 set terminal pngcairo size 1100,560 font 'DejaVu Sans,10'
-set output '/work/wt/loadgen/Benchmarks/results/publish.png'
+set output 'publish.png'
 set grid ytics
 set key below
 set style fill solid 0.8 border -1
 set format y '%g'
 set multiplot layout 1,2
-$d9423 << EOD
+$d31685 << EOD
 "hub" 257738.0
 "nchan" 33296.0
 "hummingbird" 71145.0
@@ -20,8 +20,8 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d9423 using 2:xtic(1) notitle lc rgb '#4477aa'
-$d94155 << EOD
+plot $d31685 using 2:xtic(1) notitle lc rgb '#4477aa'
+$d48887 << EOD
 "hub" 3.9
 "nchan" 22.66
 "hummingbird" 17.24
@@ -36,5 +36,5 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d94155 using 2:xtic(1) notitle lc rgb '#4477aa'
+plot $d48887 using 2:xtic(1) notitle lc rgb '#4477aa'
 unset multiplot

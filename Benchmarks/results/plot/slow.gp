@@ -1,5 +1,5 @@
 set terminal pngcairo size 1100,560 font 'DejaVu Sans,10'
-set output '/work/wt/loadgen/Benchmarks/results/slow.png'
+set output 'slow.png'
 set grid ytics
 set key below
 set style fill solid 0.8 border -1
