@@ -5,11 +5,11 @@ set key below
 set style fill solid 0.8 border -1
 set format y '%g'
 set multiplot layout 1,3
-$d87360 << EOD
-"hub" 4662.0
-"nchan" 4486.0
-"hummingbird" 2582.0
-"python" 1109.0
+$d20522 << EOD
+"hub" 4676.0
+"nchan" 4679.0
+"hummingbird" 3569.0
+"python" 1242.0
 EOD
 set title "handshakes/s during the ramp"
 set ylabel 'per second'
@@ -20,12 +20,12 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d87360 using 2:xtic(1) notitle lc rgb '#4477aa'
-$d81016 << EOD
-"hub" 1.794921875
-"nchan" 14.0322265625
-"hummingbird" 36.169921875
-"python" 16.107421875
+plot $d20522 using 2:xtic(1) notitle lc rgb '#4477aa'
+$d26260 << EOD
+"hub" 1.2724609375
+"nchan" 14.033203125
+"hummingbird" 36.181640625
+"python" 16.0498046875
 EOD
 set title "RSS per connection"
 set ylabel 'KiB'
@@ -36,12 +36,12 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d81016 using 2:xtic(1) notitle lc rgb '#4477aa'
-$d15959 << EOD
-"hub" 66.3
-"nchan" 45.1
-"hummingbird" 318.9
-"python" 604.8
+plot $d26260 using 2:xtic(1) notitle lc rgb '#4477aa'
+$d16874 << EOD
+"hub" 83.2
+"nchan" 54.7
+"hummingbird" 342.6
+"python" 496.4
 EOD
 set title "server CPU per handshake"
 set ylabel 'µs'
@@ -52,5 +52,5 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d15959 using 2:xtic(1) notitle lc rgb '#4477aa'
+plot $d16874 using 2:xtic(1) notitle lc rgb '#4477aa'
 unset multiplot

@@ -5,11 +5,11 @@ set key below
 set style fill solid 0.8 border -1
 set format y '%g'
 set multiplot layout 1,2
-$d31685 << EOD
-"hub" 257738.0
-"nchan" 33296.0
-"hummingbird" 71145.0
-"python" 49177.0
+$d6820 << EOD
+"hub" 291934.0
+"nchan" 46930.0
+"hummingbird" 96332.0
+"python" 67154.0
 EOD
 set title "publishes/s accepted and replied"
 set ylabel 'per second'
@@ -20,12 +20,12 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d31685 using 2:xtic(1) notitle lc rgb '#4477aa'
-$d48887 << EOD
-"hub" 3.9
-"nchan" 22.66
-"hummingbird" 17.24
-"python" 16.75
+plot $d6820 using 2:xtic(1) notitle lc rgb '#4477aa'
+$d24077 << EOD
+"hub" 3.75
+"nchan" 23.04
+"hummingbird" 17.03
+"python" 14.82
 EOD
 set title "server CPU per publish"
 set ylabel 'µs'
@@ -36,5 +36,5 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d48887 using 2:xtic(1) notitle lc rgb '#4477aa'
+plot $d24077 using 2:xtic(1) notitle lc rgb '#4477aa'
 unset multiplot
