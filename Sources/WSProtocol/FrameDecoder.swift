@@ -11,7 +11,11 @@
 /// empty payload yields one empty chunk). Frame-level rules are checked here: RSV bits, reserved
 /// opcodes, control frames (<= 125 bytes, never fragmented), minimal length encoding, the 64-bit high
 /// bit, masking per ``Role`` and the frame size limit. Message-level rules (continuations, UTF-8,
-/// close bodies) belong to ``MessageReader``. After a thrown violation the decoder must not be reused.
+/// close bodies) belong to ``MessageReader``.
+///
+/// After a thrown violation the decoder is poisoned: every later call throws the same violation and
+/// consumes nothing, so no byte after the bad one is ever parsed from half-checked state (RFC 6455
+/// section 7.1.7: after failing the connection an endpoint processes no further data).
 public struct FrameDecoder {
     public enum Event {
         /// A complete header was decoded; payload chunks follow.
@@ -37,6 +41,8 @@ public struct FrameDecoder {
     @usableFromInline var masked = false
     @usableFromInline var maskKey: UInt32 = 0
     @usableFromInline var phase = 0
+    /// The violation that failed the stream; once set, ``next(_:at:)`` only rethrows it.
+    @usableFromInline var failure: ProtocolViolation?
 
     public init(role: Role, maxFrameSize: UInt64 = 1 << 20, allowRSV1: Bool = false) {
         self.role = role
@@ -47,9 +53,24 @@ public struct FrameDecoder {
     /// True when the decoder is between frames (no partial header, no payload pending).
     public var isAtFrameBoundary: Bool { !inPayload && partialCount == 0 }
 
+    /// The violation this decoder met, if any (it is then poisoned).
+    public var violation: ProtocolViolation? { failure }
+
     /// Decodes the next event from `buffer[offset...]`, advancing `offset` past what it consumed.
+    /// Throws the first violation met, and the same one on every later call.
     public mutating func next(_ buffer: UnsafeMutableRawBufferPointer, at offset: inout Int) throws(ProtocolViolation) -> Event {
+        if let failure { throw failure }
         if inPayload { return payloadEvent(buffer, at: &offset) }
+        do {
+            return try nextHeader(buffer, at: &offset)
+        } catch {
+            failure = error
+            throw error
+        }
+    }
+
+    @inline(__always)
+    mutating func nextHeader(_ buffer: UnsafeMutableRawBufferPointer, at offset: inout Int) throws(ProtocolViolation) -> Event {
         let available = buffer.count &- offset
         if partialCount == 0 && available >= 2, let base = buffer.baseAddress {
             // Fast path: the header starts in this buffer.
@@ -66,17 +87,18 @@ public struct FrameDecoder {
             }
         }
         // Slow path: gather the header byte by byte into `partial`.
+        // Each byte is checked before it counts as stored, so a throw leaves no half-checked header behind.
         while offset < buffer.count {
             let byte = buffer[offset]
-            offset &+= 1
             let index = partialCount
+            if index == 0 { try checkFirstByte(byte) }
+            if index == 1 { try checkSecondByte(byte, firstByte: UInt8(truncatingIfNeeded: partial.0)) }
+            offset &+= 1
             withUnsafeMutableBytes(of: &partial) { $0[index] = byte }
             partialCount &+= 1
+            if partialCount == 1 { continue }
             let stored = partial
-            let b0 = UInt8(truncatingIfNeeded: stored.0)
-            if partialCount == 1 { try checkFirstByte(b0); continue }
             let b1 = UInt8(truncatingIfNeeded: stored.0 &>> 8)
-            if partialCount == 2 { try checkSecondByte(b1, firstByte: b0) }
             let size = Self.headerSize(secondByte: b1)
             if partialCount == size {
                 let header = try withUnsafeBytes(of: stored) { raw in
@@ -144,8 +166,10 @@ public struct FrameDecoder {
         if length > maxFrameSize { throw ProtocolViolation(.frameTooLarge(length)) }
         let isMasked = b1 & 0x80 != 0
         let key: UInt32 = isMasked ? h.loadUnaligned(fromByteOffset: at, as: UInt32.self) : 0
+        // checkFirstByte already refused reserved opcodes; this guard keeps that a thrown error, never a trap.
+        guard let opcode = Opcode(rawValue: b0 & 0x0F) else { throw ProtocolViolation(.reservedOpcode(b0 & 0x0F)) }
         return FrameHeader(fin: b0 & 0x80 != 0, rsv1: b0 & 0x40 != 0, rsv2: b0 & 0x20 != 0, rsv3: b0 & 0x10 != 0,
-                           opcode: Opcode(rawValue: b0 & 0x0F)!, masked: isMasked, maskKey: key, payloadLength: length)
+                           opcode: opcode, masked: isMasked, maskKey: key, payloadLength: length)
     }
 
     @inline(__always)

@@ -8,8 +8,9 @@
 ///
 /// A single-frame message that lies entirely inside the buffer given to ``read(_:_:)`` is handed over
 /// in place (zero copy, unmasked in the caller's buffer); fragmented or split messages are assembled
-/// in the reader's own reusable buffer. After a thrown violation the reader must not be reused: send
-/// a close frame with ``ProtocolViolation/closeCode`` and close the connection.
+/// in the reader's own reusable buffer. After a thrown violation the reader is poisoned: every later
+/// ``read(_:_:)`` throws the same violation and consumes nothing. Send a close frame with
+/// ``ProtocolViolation/closeCode`` and close the connection; never feed it more input.
 public struct MessageReader {
     public let configuration: MessageReaderConfiguration
     private var decoder: FrameDecoder
@@ -30,6 +31,8 @@ public struct MessageReader {
     // Control frame split across reads.
     private var control: [UInt8] = []
     private var closeReceived = false
+    /// The violation that failed the stream; once set, ``read(_:_:)`` only rethrows it.
+    private var failure: ProtocolViolation?
 
     /// - Parameters:
     ///   - configuration: role and limits.
@@ -53,6 +56,20 @@ public struct MessageReader {
     /// - Throws: the first ``ProtocolViolation`` met; its `closeCode` is the answer to send.
     public mutating func read(_ bytes: UnsafeMutableRawBufferPointer,
                               _ body: (InboundMessage) -> ReadDecision) throws(ProtocolViolation) -> Int {
+        if let failure { throw failure }
+        do {
+            return try readFrames(bytes, body)
+        } catch {
+            failure = error
+            throw error
+        }
+    }
+
+    /// The violation this reader met, if any (it is then poisoned).
+    public var violation: ProtocolViolation? { failure }
+
+    private mutating func readFrames(_ bytes: UnsafeMutableRawBufferPointer,
+                                     _ body: (InboundMessage) -> ReadDecision) throws(ProtocolViolation) -> Int {
         var offset = 0
         while true {
             switch try decoder.next(bytes, at: &offset) {
@@ -135,8 +152,10 @@ public struct MessageReader {
     private mutating func deliverCompressed(_ compressed: UnsafeRawBufferPointer,
                                             _ body: (InboundMessage) -> ReadDecision) throws(ProtocolViolation) -> ReadDecision {
         inflated.removeAll(keepingCapacity: true)
-        // `decompressor` is non-nil: RSV1 is only accepted by the decoder when one is installed.
-        try decompressor!.decompressMessage(compressed, into: &inflated, limit: configuration.maxMessageSize)
+        // The decoder accepts RSV1 only when a decompressor is installed; the guard keeps that a thrown error.
+        guard var decompressor else { throw ProtocolViolation(.reservedBitsSet) }
+        defer { self.decompressor = decompressor }  // a value-type decompressor keeps its stream state
+        try decompressor.decompressMessage(compressed, into: &inflated, limit: configuration.maxMessageSize)
         if inflated.count > configuration.maxMessageSize {
             throw ProtocolViolation(.decompressedTooLarge(inflated.count))
         }

@@ -117,6 +117,13 @@ public final class Connection {
         return write(SharedBytes(copying: bytes))
     }
 
+    /// Drops queued bytes the kernel has not taken yet (keeping the rest of a partly written chunk), so that
+    /// what is written next, such as a close frame for a slow reader, is the next thing the peer reads.
+    public func discardUnsent() {
+        guard state == .open else { return }
+        out.dropUnsent()
+    }
+
     /// Flushes now instead of at the end of the iteration.
     public func flush() {
         if state == .open || state == .draining { flushNow() }

@@ -30,6 +30,21 @@ struct OutboundQueue {
         queuedBytes = 0
     }
 
+    /// Drops every byte not yet handed to the kernel, except the rest of a chunk that is partly written (the
+    /// peer has its first bytes: cutting it would corrupt the stream). Chunks are whole frames or responses.
+    mutating func dropUnsent() {
+        guard queuedBytes > 0 else { return }
+        if headOffset == 0 {
+            removeAll()
+            return
+        }
+        let partial = chunks[head]
+        chunks.removeAll(keepingCapacity: false)
+        chunks.append(partial)
+        head = 0
+        queuedBytes = partial.count - headOffset
+    }
+
     enum FlushResult {
         /// Everything was written.
         case drained

@@ -91,8 +91,7 @@ final class ClientConnection: ConnectionHandler {
 
     func connectionClosed(_ connection: Connection, reason: CloseReason) {
         count(as: .none)
-        for channel in channels { context.registry.unsubscribe(self, account: account, channel: channel) }
-        channels.removeAll()
+        unsubscribeAll()
         context.clients[serial] = nil
         context.loop.timers.cancel(timer)
         hub.clientClosed()
@@ -455,8 +454,10 @@ final class ClientConnection: ConnectionHandler {
 
     private func slowConsumer() {
         context.counters.slowConsumerCloses += 1
-        // The close frame is tiny; let it past the cap so the client learns why.
-        connection?.maxQueuedBytes += 64
+        // What the kernel has not taken yet is dropped, so the close frame comes next and a client that resumes
+        // reading learns why. It is tiny: let it past the cap (what is left is at most one partly sent frame).
+        connection?.discardUnsent()
+        connection?.maxQueuedBytes += 128
         close(code: CloseCode(4008), reason: "SLOW_CONSUMER")
     }
 
@@ -471,15 +472,20 @@ final class ClientConnection: ConnectionHandler {
         guard case .sendClose = closeHandshake.close(code: code) else { return }
         sendCloseFrame(code, reason: reason)
         phase = .closing
-        for channel in channels { context.registry.unsubscribe(self, account: account, channel: channel) }
-        channels.removeAll()
+        unsubscribeAll()
         closeDeadline = monotonicNanos() + 2_000_000_000
         armTimer()
     }
 
-    /// A protocol violation or policy failure: send the close code, then close TCP without waiting long.
+    /// Fails the WebSocket connection (RFC 6455 section 7.1.7): a protocol violation or data we refuse. Sends the
+    /// close code if no close frame was sent yet, processes no further input (the reader is poisoned and every
+    /// later byte is discarded) and closes TCP at once, without waiting for the peer's close reply.
     private func fail(_ code: CloseCode, reason: String) {
-        close(code: code, reason: reason)
+        guard phase == .webSocket || phase == .closing else { return }
+        if phase == .webSocket, case .sendClose = closeHandshake.close(code: code) {
+            sendCloseFrame(code, reason: reason)
+        }
+        finishTCP()
     }
 
     /// A close frame; `code` nil sends an empty body (the echo of an empty close).
@@ -489,15 +495,21 @@ final class ClientConnection: ConnectionHandler {
         _ = payload.withUnsafeBytes { connection.write(LoopContext.frame(opcode: .close, $0)) }
     }
 
-    /// The close handshake is complete (or abandoned): flush what is queued and close the TCP connection.
+    /// The close handshake is complete (or abandoned): flush what is queued and close the TCP connection now
+    /// (RFC 6455 section 5.5.1: the server closes TCP as soon as it has sent and received a close frame). From here
+    /// on no input is processed: the engine discards whatever the peer still sends while it closes.
     private func finishTCP() {
         guard let connection else { return }
-        if phase == .webSocket || phase == .closing {
-            for channel in channels { context.registry.unsubscribe(self, account: account, channel: channel) }
-            channels.removeAll()
-        }
-        if phase != .closing { phase = .closing }
+        unsubscribeAll()
+        phase = .done
+        context.loop.timers.cancel(timer)
+        timer = .none
         connection.close(.graceful(linger: .seconds(2)))
+    }
+
+    private func unsubscribeAll() {
+        for channel in channels { context.registry.unsubscribe(self, account: account, channel: channel) }
+        channels.removeAll()
     }
 
     // MARK: Timers
