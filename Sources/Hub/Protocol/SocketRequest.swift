@@ -29,7 +29,7 @@ public struct SocketRequestError: Error, Sendable, Hashable {
 
 /// Who a published event is for.
 public enum PublishTarget: Sendable, Hashable {
-    case account(String)
+    case account(AccountID)
     case broadcast
 }
 
@@ -90,17 +90,17 @@ public struct PublishRequest: Sendable, Hashable {
 
 public enum DisconnectTarget: Sendable, Hashable {
     case connection(String)
-    case account(String)
+    case account(AccountID)
 }
 
 public enum SocketRequest: Sendable, Hashable {
     case publish(PublishRequest)
     case stats
     case channels
-    case channel(name: String, account: String?)
-    case connections(account: String?, channel: String?, limit: Int)
+    case channel(name: String, account: AccountID?)
+    case connections(account: AccountID?, channel: String?, limit: Int)
     case disconnect(target: DisconnectTarget, code: UInt16, reason: String)
-    case tail(channel: String, account: String?)
+    case tail(channel: String, account: AccountID?)
 
     public static let defaultConnectionsLimit = 100
     public static let defaultDisconnectCode: UInt16 = 1000
@@ -154,7 +154,7 @@ extension SocketRequest {
             request = .channels
         } else if opWord == Op.channel.rawValue {
             request = .channel(name: try p.requiredString(f.channel, "channel"),
-                               account: try p.optionalString(f.account, "account"))
+                               account: try p.optionalString(f.account, "account").map { AccountID($0) })
         } else if op.stringEquals("connections", in: line) {
             var limit = defaultConnectionsLimit
             if let l = f.limit, l.kind != .null {
@@ -163,13 +163,13 @@ extension SocketRequest {
                 }
                 limit = Int(v)
             }
-            request = .connections(account: try p.optionalString(f.account, "account"),
+            request = .connections(account: try p.optionalString(f.account, "account").map { AccountID($0) },
                                    channel: try p.optionalString(f.channel, "channel"), limit: limit)
         } else if op.stringEquals("disconnect", in: line) {
             request = try parseDisconnect(f, &p)
         } else if opWord == Op.tail.rawValue {
             request = .tail(channel: try p.requiredString(f.channel, "channel"),
-                            account: try p.optionalString(f.account, "account"))
+                            account: try p.optionalString(f.account, "account").map { AccountID($0) })
         } else {
             throw SocketRequestError(.unknownOp,
                                      "unknown op \(quotedForMessage(JSONScanner.decodeString(op, in: line)))", id: id)
@@ -214,7 +214,7 @@ extension SocketRequest {
         switch (account, broadcast) {
         case (let a?, false):
             guard !a.isEmpty else { throw p.invalid("\"account\" must be a non-empty string") }
-            target = .account(a)
+            target = .account(AccountID(a))
         case (nil, true):
             target = .broadcast
         default:
@@ -242,7 +242,7 @@ extension SocketRequest {
             target = .connection(c)
         case (nil, let a?):
             guard !a.isEmpty else { throw p.invalid("\"account\" must be a non-empty string") }
-            target = .account(a)
+            target = .account(AccountID(a))
         default:
             throw p.invalid("exactly one of \"conn\" or \"account\" is required")
         }

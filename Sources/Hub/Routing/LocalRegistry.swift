@@ -13,7 +13,7 @@ public struct LocalRegistry<Subscriber: AnyObject> {
 
     /// Subscribes; returns false when it was already subscribed.
     @discardableResult
-    public mutating func subscribe(_ subscriber: Subscriber, account: String, channel: Int) -> Bool {
+    public mutating func subscribe(_ subscriber: Subscriber, account: AccountID, channel: Int) -> Bool {
         guard byChannel[channel].insert(subscriber) else { return false }
         byAccount[SubscriptionKey(channel: channel, account: account), default: SubscriberSet()].insert(subscriber)
         return true
@@ -21,7 +21,7 @@ public struct LocalRegistry<Subscriber: AnyObject> {
 
     /// Unsubscribes; returns false when it was not subscribed.
     @discardableResult
-    public mutating func unsubscribe(_ subscriber: Subscriber, account: String, channel: Int) -> Bool {
+    public mutating func unsubscribe(_ subscriber: Subscriber, account: AccountID, channel: Int) -> Bool {
         guard byChannel[channel].remove(subscriber) else { return false }
         let key = SubscriptionKey(channel: channel, account: account)
         if var set = byAccount.removeValue(forKey: key) {
@@ -33,7 +33,7 @@ public struct LocalRegistry<Subscriber: AnyObject> {
 
     /// The subscribers an event for `account` on `channel` goes to (empty when none): exactly that account's
     /// connections that subscribed to that channel, and no one else.
-    public func subscribers(channel: Int, account: String) -> [Subscriber] {
+    public func subscribers(channel: Int, account: AccountID) -> [Subscriber] {
         byAccount[SubscriptionKey(channel: channel, account: account)]?.elements ?? []
     }
 
@@ -43,8 +43,8 @@ public struct LocalRegistry<Subscriber: AnyObject> {
     public func subscriberCount(channel: Int) -> Int { byChannel[channel].count }
 
     /// Subscriber counts per account on one channel (admin views; not a hot path).
-    public func accountCounts(channel: Int) -> [String: Int] {
-        var result: [String: Int] = [:]
+    public func accountCounts(channel: Int) -> [AccountID: Int] {
+        var result: [AccountID: Int] = [:]
         for (key, set) in byAccount where key.channel == channel { result[key.account] = set.count }
         return result
     }

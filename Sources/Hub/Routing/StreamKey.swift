@@ -3,9 +3,9 @@
 public struct StreamKey: Hashable, Sendable {
     public let channel: Int
     /// nil: the channel's broadcast stream.
-    public let account: String?
+    public let account: AccountID?
 
-    @inlinable public init(channel: Int, account: String?) {
+    @inlinable public init(channel: Int, account: AccountID?) {
         self.channel = channel
         self.account = account
     }
@@ -15,9 +15,9 @@ public struct StreamKey: Hashable, Sendable {
 /// Broadcasts are found through the channel alone.
 public struct SubscriptionKey: Hashable, Sendable {
     public let channel: Int
-    public let account: String
+    public let account: AccountID
 
-    @inlinable public init(channel: Int, account: String) {
+    @inlinable public init(channel: Int, account: AccountID) {
         self.channel = channel
         self.account = account
     }

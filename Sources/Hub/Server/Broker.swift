@@ -6,12 +6,12 @@ import WSProtocol
 public struct EventDraft {
     public let channel: Int
     /// nil: a broadcast to every subscriber of the channel.
-    public let account: String?
+    public let account: AccountID?
     public let type: String
     /// The raw JSON of `data`, exactly as the backend sent it. Only valid during `Broker.publish`.
     public let data: UnsafeRawBufferPointer
 
-    public init(channel: Int, account: String?, type: String, data: UnsafeRawBufferPointer) {
+    public init(channel: Int, account: AccountID?, type: String, data: UnsafeRawBufferPointer) {
         self.channel = channel
         self.account = account
         self.type = type
@@ -22,7 +22,7 @@ public struct EventDraft {
 /// An event with its number, framed once as a WebSocket text frame; the same bytes go to every recipient.
 public final class PublishedEvent: Sendable {
     public let channel: Int
-    public let account: String?
+    public let account: AccountID?
     public let type: String
     public let seq: UInt64
     /// The complete server frame (header + JSON payload), shared by every recipient.
@@ -34,7 +34,7 @@ public final class PublishedEvent: Sendable {
     /// Wall-clock seconds when the broker accepted it (admin views).
     public let wallTime: Double
 
-    init(channel: Int, account: String?, type: String, seq: UInt64, frame: SharedBytes, dataRange: Range<Int>,
+    init(channel: Int, account: AccountID?, type: String, seq: UInt64, frame: SharedBytes, dataRange: Range<Int>,
          acceptedAt: UInt64, wallTime: Double) {
         self.channel = channel
         self.account = account

@@ -35,7 +35,7 @@ final class ClientConnection: ConnectionHandler {
     private var closeHandshake = CloseHandshake(role: .server)
 
     // Identity (after the handshake)
-    var account = ""
+    var account = AccountID("")
     var tokenExpiresAt: Int64 = 0
     var platform: String?
     var appVersion: String?
@@ -207,7 +207,7 @@ final class ClientConnection: ConnectionHandler {
             }
             switch hub.verifier.verify(token, now: Int64(time(nil))) {
             case .success(let verified):
-                account = verified.subject
+                account = AccountID(verified.subject)
                 tokenExpiresAt = verified.expiresAt
             case .failure(let failure):
                 return refuse(failure)
@@ -412,7 +412,7 @@ final class ClientConnection: ConnectionHandler {
         case .failure(let failure):
             context.counters.authFailures[failure.reason.rawValue, default: 0] += 1
             reply { w in ClientReplies.error(code: failure.code, message: failure.message, details: nil, id: id, into: &w) }
-        case .success(let verified) where verified.subject != account:
+        case .success(let verified) where AccountID(verified.subject) != account:
             reply { w in
                 ClientReplies.error(code: "FORBIDDEN", message: "the new token belongs to another account", details: nil, id: id, into: &w)
             }

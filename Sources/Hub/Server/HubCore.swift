@@ -8,7 +8,7 @@ import WSProtocol
 final class HubCore: Sendable {
     let configuration: HubConfiguration
     let channelNames: [String]
-    let channelIndex: [String: Int]
+    let channelIndex: ChannelIndex
     let verifier: JWTVerifier
     let authDescription: String
     let contexts: [LoopContext]
@@ -28,9 +28,7 @@ final class HubCore: Sendable {
          maxConnections: Int, descriptorLimit: Int, listenAddress: @escaping @Sendable () -> String, log: @escaping @Sendable (String) -> Void) {
         self.configuration = configuration
         channelNames = configuration.channels
-        var index: [String: Int] = [:]
-        for (i, name) in configuration.channels.enumerated() { index[name] = i }
-        channelIndex = index
+        channelIndex = ChannelIndex(configuration.channels)
         self.verifier = verifier
         self.authDescription = authDescription
         self.contexts = contexts
@@ -169,7 +167,7 @@ final class HubCore: Sendable {
         }
     }
 
-    func channelJSON(_ channel: Int, account: String?, id: RawJSON?, _ done: @escaping @Sendable ([UInt8]) -> Void) {
+    func channelJSON(_ channel: Int, account: AccountID?, id: RawJSON?, _ done: @escaping @Sendable ([UInt8]) -> Void) {
         gather({ ChannelSnapshot(context: $0, channel: channel, account: account) }) { [self] snapshots in
             let merged = ChannelSnapshot.merge(snapshots, channel: channel)
             let ledger = snapshots.first?.ledger?.channels[channel]
@@ -186,14 +184,14 @@ final class HubCore: Sendable {
             let top = merged.accounts.filter { account == nil || $0.key == account }
                 .sorted { $0.value != $1.value ? $0.value > $1.value : $0.key < $1.key }.prefix(10)
             for (name, n) in top {
-                w.beginObject(); w.field("account", name); w.field("subscribers", n); w.endObject()
+                w.beginObject(); w.field("account", name.string); w.field("subscribers", n); w.endObject()
             }
             w.endArray()
             w.key("recentEvents"); w.beginArray()
             for e in ledger?.recent ?? [] where account == nil || e.account == account {
                 w.beginObject()
                 w.field("type", e.type)
-                w.key("account"); if let a = e.account { w.string(a) } else { w.null() }
+                w.key("account"); if let a = e.account { w.string(a.string) } else { w.null() }
                 w.field("broadcast", e.account == nil)
                 w.field("seq", e.seq); w.field("size", e.size); w.field("delivered", e.delivered); w.field("at", e.at)
                 w.endObject()
@@ -205,7 +203,7 @@ final class HubCore: Sendable {
         }
     }
 
-    func connectionsJSON(account: String?, channel: Int?, limit: Int, id: RawJSON?, _ done: @escaping @Sendable ([UInt8]) -> Void) {
+    func connectionsJSON(account: AccountID?, channel: Int?, limit: Int, id: RawJSON?, _ done: @escaping @Sendable ([UInt8]) -> Void) {
         gather({ context in
             context.clients.values.filter { c in
                 c.phase == .webSocket && (account == nil || c.account == account) && (channel == nil || c.channels.contains(channel!))
@@ -219,7 +217,7 @@ final class HubCore: Sendable {
             for c in all.prefix(limit) {
                 w.beginObject()
                 w.field("id", c.id)
-                w.field("account", c.account)
+                w.field("account", c.account.string)
                 w.field("remote", c.remote)
                 w.key("platform"); if let p = c.platform { w.string(p) } else { w.null() }
                 w.key("appVersion"); if let v = c.appVersion { w.string(v) } else { w.null() }
@@ -363,15 +361,15 @@ struct ChannelSnapshot: Sendable {
         var recent: [RecentEventInfo]
     }
     struct RecentEventInfo: Sendable {
-        var type: String, account: String?, seq: UInt64, size: Int, delivered: Int, at: Double
+        var type: String, account: AccountID?, seq: UInt64, size: Int, delivered: Int, at: Double
     }
     struct LedgerView: Sendable { var channels: [LedgerChannel] }
 
     /// Per channel: subscriber count and per-account counts.
-    var perChannel: [(subscribers: Int, accounts: [String: Int])]
+    var perChannel: [(subscribers: Int, accounts: [AccountID: Int])]
     var ledger: LedgerView?
 
-    init(context: LoopContext, channel: Int?, account: String?) {
+    init(context: LoopContext, channel: Int?, account: AccountID?) {
         perChannel = (0..<context.hub.channelNames.count).map { i in
             (context.registry.subscriberCount(channel: i), context.registry.accountCounts(channel: i))
         }
@@ -387,9 +385,9 @@ struct ChannelSnapshot: Sendable {
         }
     }
 
-    static func merge(_ snapshots: [ChannelSnapshot], channel: Int) -> (subscribers: Int, accounts: [String: Int]) {
+    static func merge(_ snapshots: [ChannelSnapshot], channel: Int) -> (subscribers: Int, accounts: [AccountID: Int]) {
         var subscribers = 0
-        var accounts: [String: Int] = [:]
+        var accounts: [AccountID: Int] = [:]
         for s in snapshots {
             subscribers += s.perChannel[channel].subscribers
             accounts.merge(s.perChannel[channel].accounts, uniquingKeysWith: +)
@@ -400,7 +398,7 @@ struct ChannelSnapshot: Sendable {
 
 /// One connection as `hubctl connections` shows it.
 struct ConnectionInfo: Sendable {
-    var id: String, account: String, remote: String, platform: String?, appVersion: String?
+    var id: String, account: AccountID, remote: String, platform: String?, appVersion: String?
     var channels: [Int], connectedAt: Double, queuedBytes: Int, messagesIn: Int, messagesOut: Int
 
     init(_ c: ClientConnection) {

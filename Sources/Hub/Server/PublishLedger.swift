@@ -3,7 +3,7 @@
 final class PublishLedger {
     struct RecentEvent {
         var type: String
-        var account: String?
+        var account: AccountID?
         var seq: UInt64
         var size: Int
         var delivered: Int
@@ -59,7 +59,7 @@ final class PublishLedger {
                 if let account = filter.account, account != event.account { continue }
                 if line == nil {
                     line = replyLine {
-                        SocketReplies.tailEvent(type: event.type, channel: channelNames[event.channel], account: event.account,
+                        SocketReplies.tailEvent(type: event.type, channel: channelNames[event.channel], account: event.account?.string,
                                                 seq: event.seq, delivered: delivered[i], at: event.wallTime, data: event.data, into: &$0)
                     }
                 }

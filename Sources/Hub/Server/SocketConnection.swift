@@ -23,7 +23,7 @@ final class SocketConnection: ConnectionHandler {
     private var drafts: [EventDraft] = []
     private var draftSlots: [(slot: Slot, id: RawJSON?)] = []
     private var skippingLongLine = false
-    private(set) var tail: (channel: Int, account: String?)?
+    private(set) var tail: (channel: Int, account: AccountID?)?
     /// The tail starts receiving events only once every reply before it, and its own `tailing` reply, is written:
     /// events must not overtake earlier replies, and publishes sent before the tail request are not tailed.
     private var tailAwaitingStart = false
@@ -149,7 +149,7 @@ final class SocketConnection: ConnectionHandler {
         } catch {
             return append(Slot(replyLine { SocketReplies.error(error, into: &$0) }))
         }
-        let account: String?
+        let account: AccountID?
         switch request.target {
         case .account(let a): account = a
         case .broadcast: account = nil

@@ -1,0 +1,54 @@
+/// A string compared and hashed by its exact UTF-8 bytes.
+///
+/// Swift's `String` compares by Unicode canonical equivalence: "café" written NFC (`63 61 66 c3 a9`) and NFD
+/// (`63 61 66 65 cc 81`) are `==` and hash alike, and so are U+00C5 and U+212B, or a Hangul syllable and its jamo.
+/// Identifiers must not work that way: RFC 7519 §7.3 compares claim values with no normalisation, so two account ids
+/// are one account only when their bytes are equal. Every identifier that a client, a token or the backend supplies
+/// and that the hub compares (account ids, channel names) goes through this type.
+public struct ExactString: Hashable, Comparable, Sendable, CustomStringConvertible, ExpressibleByStringLiteral {
+    /// The identifier as received (its bytes are kept as they are: Swift never normalises a string's storage).
+    public let string: String
+
+    @inlinable public init(_ string: String) { self.string = string }
+    @inlinable public init(stringLiteral value: String) { self.string = value }
+
+    public var description: String { string }
+
+    public static func == (a: ExactString, b: ExactString) -> Bool {
+        a.string.utf8.count == b.string.utf8.count && a.string.utf8.elementsEqual(b.string.utf8)
+    }
+
+    /// Byte order (UTF-8 order is code point order), for stable listings.
+    public static func < (a: ExactString, b: ExactString) -> Bool {
+        a.string.utf8.lexicographicallyPrecedes(b.string.utf8)
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        // One hashing function for every storage: a string without contiguous UTF-8 is made contiguous first,
+        // so equal bytes always feed the hasher the same way.
+        if let hashed: Void = string.utf8.withContiguousStorageIfAvailable({ hasher.combine(bytes: UnsafeRawBufferPointer($0)) }) {
+            return hashed
+        }
+        var copy = string
+        copy.makeContiguousUTF8()
+        copy.utf8.withContiguousStorageIfAvailable { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+    }
+}
+
+/// An account id: a token's `sub`, a publish line's `account`. Byte-exact (see ``ExactString``).
+public typealias AccountID = ExactString
+
+/// The configured channels by exact name (see ``ExactString``): a name canonically equivalent to a configured one,
+/// but not byte-equal, is an unknown channel.
+public struct ChannelIndex: Sendable {
+    private let indices: [ExactString: Int]
+
+    public init(_ names: [String]) {
+        var indices: [ExactString: Int] = [:]
+        for (i, name) in names.enumerated() where indices[ExactString(name)] == nil { indices[ExactString(name)] = i }
+        self.indices = indices
+    }
+
+    /// The channel's index in the configured list, or nil for an unknown name.
+    public subscript(name: String) -> Int? { indices[ExactString(name)] }
+}

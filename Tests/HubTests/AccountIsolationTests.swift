@@ -1,0 +1,87 @@
+import Foundation
+import Testing
+@testable import Hub
+
+/// Pairs of account ids that Swift's `String ==` treats as equal (canonical equivalence) but whose bytes differ.
+/// They are different accounts: RFC 7519 §7.3 compares claim values with no normalisation (issue 14, break 1).
+let canonicallyEquivalentPairs: [(String, String)] = [
+    ("caf\u{E9}", "cafe\u{301}"),                   // NFC vs NFD
+    ("\u{C5}ngstr\u{F6}m", "\u{212B}ngstr\u{F6}m"),   // U+00C5 vs U+212B ANGSTROM SIGN
+    ("a\u{301}\u{323}", "a\u{323}\u{301}"),           // combining marks in another order
+    ("\u{AC00}", "\u{1100}\u{1161}"),                 // Hangul syllable vs its jamo
+]
+
+@Suite struct AccountIDTests {
+    @Test func swiftStringsWouldConflateThePairs() {
+        // The premise: if this ever stops holding, the type below is still right, but the test explains why it exists.
+        for (a, b) in canonicallyEquivalentPairs { #expect(a == b && Array(a.utf8) != Array(b.utf8)) }
+    }
+
+    @Test func accountIDsCompareAndHashByBytes() {
+        for (a, b) in canonicallyEquivalentPairs {
+            #expect(AccountID(a) != AccountID(b))
+            #expect(AccountID(a) == AccountID(String(decoding: Array(a.utf8), as: UTF8.self)))
+            let set: Set<AccountID> = [AccountID(a), AccountID(b)]
+            #expect(set.count == 2)
+            #expect(StreamKey(channel: 0, account: AccountID(a)) != StreamKey(channel: 0, account: AccountID(b)))
+        }
+    }
+
+    @Test func registryKeepsEquivalentAccountsApart() {
+        final class Sub {}
+        for (a, b) in canonicallyEquivalentPairs {
+            var registry = LocalRegistry<Sub>(channelCount: 1)
+            let s = Sub()
+            registry.subscribe(s, account: AccountID(a), channel: 0)
+            #expect(registry.subscribers(channel: 0, account: AccountID(a)).count == 1)
+            #expect(registry.subscribers(channel: 0, account: AccountID(b)).isEmpty)
+        }
+    }
+
+    @Test func channelNamesAreExactToo() {
+        let index = ChannelIndex(["Kelvin", "wallet_updates"])
+        #expect(index["Kelvin"] == 0)
+        #expect(index["\u{212A}elvin"] == nil)  // KELVIN SIGN, canonically equivalent to "K"
+        #expect(index["wallet_updates"] == 1)
+    }
+}
+
+/// The same, against the real hub: delivery, in-band auth, sequence streams and the admin filters.
+@Suite struct IntegrationAccountIsolationTests {
+    static func publishLine(_ account: String) -> String {
+        #"{"op":"publish","channel":"wallet_updates","account":""# + account + #"","type":"t","data":{}}"#
+    }
+
+    @Test(arguments: 0..<canonicallyEquivalentPairs.count)
+    func equivalentButDifferentIdsAreDifferentAccounts(_ pair: Int) throws {
+        let (nfc, other) = canonicallyEquivalentPairs[pair]
+        let hub = try HubProcess()
+        let ws = try hub.client(nfc, channels: ["wallet_updates"])
+        let admin = try hub.admin()
+
+        // An event for the other spelling reaches no one, and numbers its own stream.
+        let toOther = try parseObject(try admin.request(Self.publishLine(other)))
+        #expect(toOther["delivered"] as? Int == 0)
+        #expect(toOther["seq"] as? Int == 1)
+        let toSelf = try parseObject(try admin.request(Self.publishLine(nfc)))
+        #expect(toSelf["delivered"] as? Int == 1)
+        #expect(toSelf["seq"] as? Int == 1, "a stream of its own")
+        let event = try ws.nextJSON()
+        #expect(event["seq"] as? Int == 1)
+        #expect(try ws.isQuiet(for: 0.2))
+
+        // In-band auth with the other spelling's token is another account.
+        try ws.send(json: ["type": "auth", "token": try hub.token(other), "id": "a1"])
+        let reply = try ws.nextJSON()
+        #expect((reply["error"] as? [String: Any])?["code"] as? String == "FORBIDDEN", "\(reply)")
+
+        // Admin filters: the other spelling lists and disconnects nobody.
+        let listed = try parseObject(try admin.request(#"{"op":"connections","account":""# + other + #""}"#))
+        #expect(listed["total"] as? Int == 0)
+        let listedSelf = try parseObject(try admin.request(#"{"op":"connections","account":""# + nfc + #""}"#))
+        #expect(listedSelf["total"] as? Int == 1)
+        let disconnected = try parseObject(try admin.request(#"{"op":"disconnect","account":""# + other + #""}"#))
+        #expect(disconnected["disconnected"] as? Int == 0, "\(disconnected)")
+        #expect(try ws.isQuiet(for: 0.2), "the connection was not closed")
+    }
+}
