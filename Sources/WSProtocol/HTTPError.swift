@@ -22,7 +22,7 @@ public struct HTTPError: Error, Sendable, CustomStringConvertible {
         return HTTPResponse.json(status: status, body: body, headers: headers + [("Connection", "close")])
     }
 
-    static func badRequest(_ message: String) -> HTTPError { HTTPError(status: 400, code: "BAD_REQUEST", message: message) }
+    public static func badRequest(_ message: String) -> HTTPError { HTTPError(status: 400, code: "BAD_REQUEST", message: message) }
     static func headerTooLarge(_ message: String) -> HTTPError { HTTPError(status: 431, code: "HEADER_TOO_LARGE", message: message) }
     static func uriTooLong(_ message: String) -> HTTPError { HTTPError(status: 414, code: "URI_TOO_LONG", message: message) }
     static func versionNotSupported(_ message: String) -> HTTPError {

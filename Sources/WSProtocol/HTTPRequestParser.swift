@@ -29,9 +29,10 @@ extension HTTPParseResult: Sendable where Head: Sendable {}
 /// A parsed HTTP/1.x request head.
 public struct HTTPRequestHead: Sendable {
     public var method: String
-    /// The request-target as sent (origin-form usually: `/path?query`).
+    /// The request-target as sent (origin-form usually: `/path?query`; absolute-form `http://host/path?query`
+    /// is accepted too, RFC 9112 section 3.2.2).
     public var target: String
-    /// `target` before the first `?`.
+    /// The path of `target`: before the first `?`, without the scheme and authority of an absolute-form target.
     public var path: String
     /// `target` after the first `?`, or nil when there is no `?`.
     public var query: String?
@@ -42,16 +43,46 @@ public struct HTTPRequestHead: Sendable {
     public init(method: String, target: String, versionMajor: Int = 1, versionMinor: Int = 1, headers: HTTPHeaders) {
         self.method = method
         self.target = target
-        if let q = target.firstIndex(of: "?") {
-            path = String(target[..<q])
-            query = String(target[target.index(after: q)...])
+        let originForm = Self.originForm(of: target)
+        if let q = originForm.firstIndex(of: "?") {
+            path = String(originForm[..<q])
+            query = String(originForm[originForm.index(after: q)...])
         } else {
-            path = target
+            path = String(originForm)
             query = nil
         }
         self.versionMajor = versionMajor
         self.versionMinor = versionMinor
         self.headers = headers
+    }
+
+    /// `http://host:port/path?q` → `/path?q` (and `http://host?q` → `/?q`); any other target as it is.
+    static func originForm(of target: String) -> Substring {
+        let utf8 = target.utf8
+        let schemeLength: Int
+        if utf8.starts(with: "http://".utf8) || utf8.starts(with: "HTTP://".utf8) {
+            schemeLength = 7
+        } else if utf8.starts(with: "https://".utf8) || utf8.starts(with: "HTTPS://".utf8) {
+            schemeLength = 8
+        } else {
+            return target[...]
+        }
+        let afterScheme = target.utf8.index(target.startIndex, offsetBy: schemeLength)
+        let rest = target[afterScheme...]
+        guard let slash = rest.firstIndex(where: { $0 == "/" || $0 == "?" }) else { return "/" }
+        if rest[slash] == "?" { return Substring("/" + rest[slash...]) }
+        return rest[slash...]
+    }
+
+    /// RFC 9112 section 3.2: an HTTP/1.1 request carries exactly one Host header (400 otherwise); an HTTP/1.0
+    /// request at most one.
+    public func validateHost() throws(HTTPError) {
+        let hosts = headers.values("Host")
+        if versionMajor > 1 || (versionMajor == 1 && versionMinor >= 1) {
+            guard hosts.count == 1, !hosts[0].isEmpty else { throw .badRequest("exactly one non-empty Host header is required") }
+        } else {
+            guard hosts.count <= 1 else { throw .badRequest("at most one Host header is allowed") }
+        }
     }
 
     /// The first value of query parameter `name` (`application/x-www-form-urlencoded` rules:

@@ -139,8 +139,7 @@ public enum WebSocketHandshake {
             throw .versionNotSupported("a WebSocket upgrade requires HTTP/1.1")
         }
         let headers = head.headers
-        let hosts = headers.values("Host")
-        guard hosts.count == 1, !hosts[0].isEmpty else { throw .badRequest("exactly one non-empty Host header is required") }
+        try head.validateHost()
         guard headers.tokens("Upgrade").contains("websocket"), headers.tokens("Connection").contains("upgrade") else {
             throw HTTPError(status: 426, code: "UPGRADE_REQUIRED",
                             message: "this endpoint only speaks WebSocket (Upgrade: websocket, Connection: Upgrade)",

@@ -32,6 +32,10 @@ public final class Connection {
         /// Stop reading, flush the queue, `shutdown(SHUT_WR)`, wait for the peer's EOF, close;
         /// abort if that takes longer than `linger`.
         case graceful(linger: Duration)
+        /// Hand what is queued to the kernel now (one attempt), then close the descriptor at once: the kernel sends
+        /// what it took, then FIN (RST if the peer's unread bytes are pending). For answers to peers that hold a slot
+        /// without purpose (a handshake that timed out): the slot is free the moment the answer is written.
+        case flushAndClose
     }
 
     private enum State { case open, draining, halfClosed, closed }
@@ -282,6 +286,10 @@ public final class Connection {
         switch mode {
         case .abort:
             closeNow(reason: .aborted, abortive: true)
+        case .flushAndClose:
+            guard state == .open else { return }
+            flushNow()
+            if state != .closed { closeNow(reason: .closed, abortive: false) }
         case .graceful(let linger):
             guard state == .open else { return }
             state = .draining

@@ -40,6 +40,8 @@ final class ClientConnection: ConnectionHandler {
     var platform: String?
     var appVersion: String?
     private var warnedExpiry = false
+    /// Counted against `--max-connections-per-account` (released when the connection closes).
+    private var countedForAccount = false
 
     // Subscriptions: indices into the configured channel list.
     var channels: [Int] = []
@@ -92,6 +94,10 @@ final class ClientConnection: ConnectionHandler {
     func connectionClosed(_ connection: Connection, reason: CloseReason) {
         count(as: .none)
         unsubscribeAll()
+        if countedForAccount {
+            countedForAccount = false
+            hub.releaseAccount(account)
+        }
         context.clients[serial] = nil
         context.loop.timers.cancel(timer)
         hub.clientClosed()
@@ -127,6 +133,11 @@ final class ClientConnection: ConnectionHandler {
     }
 
     private func route(_ head: HTTPRequestHead) {
+        do {
+            try head.validateHost()
+        } catch {
+            return respondHTTP(error.response())
+        }
         switch head.path {
         case "/ws":
             upgrade(head, mode: .hub)
@@ -175,13 +186,13 @@ final class ClientConnection: ConnectionHandler {
 
     /// Sends a complete HTTP response and closes after it is flushed. `headOnly` (a HEAD request) sends the head
     /// alone: same status and headers, Content-Length included, but no body (RFC 9110 section 9.3.2).
-    func respondHTTP(_ response: [UInt8], headOnly: Bool = false) {
+    func respondHTTP(_ response: [UInt8], headOnly: Bool = false, closeMode: Connection.CloseMode = .graceful(linger: .seconds(2))) {
         guard let connection, phase == .http else { return }
         count(as: .none)
         phase = .done
         let bytes = headOnly ? Self.head(of: response) : response[...]
         bytes.withUnsafeBytes { _ = connection.write(copying: $0) }
-        connection.close(.graceful(linger: .seconds(2)))
+        connection.close(closeMode)
     }
 
     private func upgrade(_ head: HTTPRequestHead, mode: Mode) {
@@ -195,12 +206,22 @@ final class ClientConnection: ConnectionHandler {
             return respondHTTP(HTTPError(status: 503, code: "SERVICE_UNAVAILABLE", message: "the hub is shutting down",
                                          headers: [("Retry-After", "5")]).response())
         }
+        let origins = head.headers.values("Origin")
+        guard origins.count <= 1, hub.configuration.allowedOrigins.allows(origins.first) else {
+            return respondHTTP(HTTPError(status: 403, code: "FORBIDDEN",
+                                         message: "origin \(origins.first.map { "\"\(Self.clip($0))\"" } ?? "") is not allowed (--allowed-origins)").response())
+        }
         var extensionsHeader: String? = nil
         let configuration = hub.configuration
         switch mode {
         case .hub:
             let token: String
-            switch TokenExtraction.bearerToken(authorizationHeader: head.headers[first: "Authorization"],
+            let authorizations = head.headers.values("Authorization")
+            guard authorizations.count <= 1 else {
+                // RFC 9110 makes Authorization a singleton field: which one would be meant is ambiguous.
+                return respondHTTP(HTTPError.badRequest("more than one Authorization header").response())
+            }
+            switch TokenExtraction.bearerToken(authorizationHeader: authorizations.first,
                                                accessTokenQuery: head.queryValue("access_token")) {
             case .success(let t): token = t
             case .failure(let failure): return refuse(failure)
@@ -212,6 +233,14 @@ final class ClientConnection: ConnectionHandler {
             case .failure(let failure):
                 return refuse(failure)
             }
+            guard hub.admitAccount(account) else {
+                context.counters.rejectedConnections += 1
+                let limit = configuration.maxConnectionsPerAccount
+                return respondHTTP(HTTPError(status: 429, code: "RATE_LIMITED",
+                                             message: "this account already has \(limit) open connections (--max-connections-per-account)",
+                                             headers: [("Retry-After", "10")]).response())
+            }
+            countedForAccount = true
             platform = head.headers[first: "X-Platform"].map { Self.clip($0) }
             appVersion = head.headers[first: "X-App-Version"].map { Self.clip($0) }
             reader = MessageReader(configuration: MessageReaderConfiguration(
@@ -527,7 +556,8 @@ final class ClientConnection: ConnectionHandler {
     private func nextDeadline() -> UInt64 {
         switch phase {
         case .http:
-            return handshakeDeadline
+            // One tick early: the wheel fires up to a tick late, and the slot must be free by the deadline.
+            return handshakeDeadline > context.loop.timers.tickNanos ? handshakeDeadline - context.loop.timers.tickNanos : 0
         case .webSocket:
             var d = nextPingAt
             if pongDeadline != 0 { d = min(d, pongDeadline) }
@@ -572,9 +602,12 @@ final class ClientConnection: ConnectionHandler {
         let configuration = hub.configuration
         switch phase {
         case .http:
-            if now >= handshakeDeadline {
+            // The timer was set one tick early (see start()): a handshake that never completes holds its slot for
+            // at most the handshake timeout, not timeout + tick + linger.
+            if now &+ context.loop.timers.tickNanos >= handshakeDeadline {
                 return respondHTTP(HTTPError(status: 408, code: "REQUEST_TIMEOUT",
-                                             message: "the request head did not arrive within \(configuration.handshakeTimeoutSeconds)s").response())
+                                             message: "the request head did not arrive within \(configuration.handshakeTimeoutSeconds)s").response(),
+                                   closeMode: .flushAndClose)
             }
         case .webSocket:
             let unixNow = Int64(time(nil))

@@ -21,6 +21,8 @@ public struct HubConfiguration: Sendable, Equatable {
     public var maxEchoMessageBytes = 16 * 1024 * 1024
     public var maxQueuedBytes = 1024 * 1024
     public var maxSubscriptions = 64
+    public var maxConnectionsPerAccount = 64
+    public var allowedOrigins = OriginPolicy()
     public var handshakeTimeoutSeconds = 10
     public var pingIntervalSeconds = 25
     public var pongTimeoutSeconds = 10
@@ -79,6 +81,10 @@ public struct HubConfiguration: Sendable, Equatable {
               defaultText: { "\($0.maxQueuedBytes)" }, apply: { c, v throws(ConfigurationError) in c.maxQueuedBytes = try parseInt(v, "max-queued-bytes", 4096...(1 << 30)) }),
         .init(name: "max-subscriptions", kind: .value(placeholder: "N"), help: "channels one connection may subscribe to",
               defaultText: { "\($0.maxSubscriptions)" }, apply: { c, v throws(ConfigurationError) in c.maxSubscriptions = try parseInt(v, "max-subscriptions", 1...100_000) }),
+        .init(name: "max-connections-per-account", kind: .value(placeholder: "N"), help: "open connections one account may hold (more: HTTP 429)",
+              defaultText: { "\($0.maxConnectionsPerAccount)" }, apply: { c, v throws(ConfigurationError) in c.maxConnectionsPerAccount = try parseInt(v, "max-connections-per-account", 1...10_000_000) }),
+        .init(name: "allowed-origins", kind: .value(placeholder: "LIST"), help: "browser origins allowed to connect, e.g. https://app.example.com,https://*.example.com (others: HTTP 403)",
+              defaultText: { _ in "any (no Origin check)" }, apply: { c, v throws(ConfigurationError) in c.allowedOrigins = try OriginPolicy(list: v) }),
         .init(name: "handshake-timeout", kind: .value(placeholder: "DURATION"), help: "time to send the request head (slowloris guard: HTTP 408)",
               defaultText: { "\($0.handshakeTimeoutSeconds)s" }, apply: { c, v throws(ConfigurationError) in c.handshakeTimeoutSeconds = try parseDuration(v, "handshake-timeout") }),
         .init(name: "ping-interval", kind: .value(placeholder: "DURATION"), help: "WebSocket ping interval",

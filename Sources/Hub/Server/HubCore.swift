@@ -23,6 +23,9 @@ final class HubCore: Sendable {
     private let shuttingDown = Atomic<Bool>(false)
     private let capacityWarned = Atomic<Bool>(false)
     private let descriptorsWarned = Atomic<Bool>(false)
+    /// Open upgraded `/ws` connections per account, against `--max-connections-per-account`. Touched once per
+    /// connection set-up and once per close, never per message.
+    private let perAccount = Mutex<[AccountID: Int]>([:])
 
     init(configuration: HubConfiguration, verifier: JWTVerifier, authDescription: String, contexts: [LoopContext],
          maxConnections: Int, descriptorLimit: Int, listenAddress: @escaping @Sendable () -> String, log: @escaping @Sendable (String) -> Void) {
@@ -61,6 +64,24 @@ final class HubCore: Sendable {
     }
 
     /// A client was accepted: descriptors are available again, so the next exhaustion is a new burst.
+    /// Counts one more connection for `account`; false (and nothing counted) when it already holds the maximum.
+    func admitAccount(_ account: AccountID) -> Bool {
+        let limit = configuration.maxConnectionsPerAccount
+        return perAccount.withLock { counts in
+            let n = counts[account, default: 0]
+            guard n < limit else { return false }
+            counts[account] = n + 1
+            return true
+        }
+    }
+
+    func releaseAccount(_ account: AccountID) {
+        perAccount.withLock { counts in
+            guard let n = counts[account] else { return }
+            if n <= 1 { counts[account] = nil } else { counts[account] = n - 1 }
+        }
+    }
+
     func clientAccepted() {
         if descriptorsWarned.load(ordering: .relaxed) { descriptorsWarned.store(false, ordering: .relaxed) }
     }
