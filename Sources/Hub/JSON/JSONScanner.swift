@@ -43,7 +43,7 @@ public struct JSONValue: Sendable, Hashable {
         let n = literal.utf8CodeUnitCount
         guard content.count == n else { return false }
         if n == 0 { return true }
-        let a = bytes.baseAddress! + content.lowerBound
+        let a = bytes.baseAddress! + content.lowerBound  // n > 0 bytes of content lie in `bytes`: it is not empty
         return memcmpBytes(a, UnsafeRawPointer(literal.utf8Start), n)
     }
 

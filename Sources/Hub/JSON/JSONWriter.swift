@@ -47,6 +47,7 @@ public struct JSONWriter: Sendable {
                 result = .failure(error)
             }
         }
+        // withUnsafeBytes ran the closure exactly once, so `result` is set.
         return try result!.get()
     }
 

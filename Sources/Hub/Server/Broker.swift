@@ -130,6 +130,7 @@ public final class LocalBroker: Broker {
             SharedBytes(count: headerCount + payloadCount) { buffer in
                 _ = FrameEncoder.writeHeader(into: buffer, endingAt: headerCount, opcode: .text, fin: true, rsv1: false,
                                              payloadLength: payloadCount, maskKey: nil)
+                // Both are non-empty (a header, and a JSON object of at least `{}`): their base addresses exist.
                 (buffer.baseAddress! + headerCount).copyMemory(from: payload.baseAddress!, byteCount: payloadCount)
             }
         }

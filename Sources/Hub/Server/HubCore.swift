@@ -104,7 +104,8 @@ final class HubCore: Sendable {
                 let all: [T]? = results.withLock { state in
                     state.values[i] = value
                     state.remaining -= 1
-                    return state.remaining == 0 ? state.values.map { $0! } : nil
+                    // remaining reaches 0 only after every loop stored its value: none is nil then.
+                    return state.remaining == 0 ? state.values.compactMap { $0 } : nil
                 }
                 if let all { done(all) }
             }

@@ -180,7 +180,7 @@ final class ClientAcceptor: ListenerDelegate {
                                         headers: [("Retry-After", "5")]).response()
 
     func accepted(fd: Int32, peer: String, on loop: EventLoop) {
-        let hub = context.hub!
+        let hub = context.hub!  // set for every context before any listener exists (HubServer.start)
         guard hub.admitClient() else {
             context.counters.rejectedConnections += 1
             refuse(fd)

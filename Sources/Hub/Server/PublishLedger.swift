@@ -53,17 +53,16 @@ final class PublishLedger {
         }
         guard !tails.isEmpty else { return }
         for (i, event) in events.enumerated() {
-            var line: [UInt8]? = nil
+            var cached: [UInt8]? = nil
             for tail in tails {
                 guard let filter = tail.tail, filter.channel == event.channel else { continue }
                 if let account = filter.account, account != event.account { continue }
-                if line == nil {
-                    line = replyLine {
-                        SocketReplies.tailEvent(type: event.type, channel: channelNames[event.channel], account: event.account?.string,
-                                                seq: event.seq, delivered: delivered[i], at: event.wallTime, data: event.data, into: &$0)
-                    }
+                let line = cached ?? replyLine {
+                    SocketReplies.tailEvent(type: event.type, channel: channelNames[event.channel], account: event.account?.string,
+                                            seq: event.seq, delivered: delivered[i], at: event.wallTime, data: event.data, into: &$0)
                 }
-                tail.sendTailLine(line!)
+                cached = line
+                tail.sendTailLine(line)
             }
         }
     }
