@@ -13,8 +13,12 @@ final class HubProcess: @unchecked Sendable {
     private(set) var port = 0
     private(set) var startupLine = ""
 
-    /// The built `hub` executable next to the test bundle (`swift build --build-tests` builds it).
+    /// The built `hub` executable next to the test bundle (`swift build --build-tests` builds it), or the one in
+    /// `HUB_TEST_BINARY_DIR` (scripts/sanitize runs these tests against a sanitizer-built hub this way).
     static var executablePath: String {
+        if let dir = ProcessInfo.processInfo.environment["HUB_TEST_BINARY_DIR"], !dir.isEmpty {
+            return URL(fileURLWithPath: dir).appendingPathComponent("hub").path
+        }
         let candidates = [
             URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("hub").path,
             URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
