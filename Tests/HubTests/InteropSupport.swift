@@ -97,7 +97,8 @@ final class InteropOutput: Sendable {
     }
 }
 
-/// The outside peer Python's `websockets`. `scripts/test` installs it and sets `HUB_TEST_REQUIRE_PEERS=1`:
+/// The outside peer Python's `websockets`. `scripts/test` installs it into the project's venv `.build/venv`, puts
+/// that venv first on PATH (so `/usr/bin/env python3` is the venv's) and sets `HUB_TEST_REQUIRE_PEERS=1`:
 /// then a missing peer FAILS the tests that need it. Without that variable (a plain `swift test` on a machine
 /// without the package) those tests are disabled, which Swift Testing reports as skipped, never as passed.
 enum PythonPeer {
@@ -116,13 +117,15 @@ enum PythonPeer {
 
     /// The tests run when the peer is there, or when it is required (and then fail in `requireAvailable`).
     static let enabled = required || importProblem == nil
-    static let skipReason: Comment = "Python's websockets is not installed (scripts/test installs it and sets HUB_TEST_REQUIRE_PEERS=1, which makes its absence a failure)"
+    static let skipReason: Comment = "Python's websockets is not installed (scripts/test installs it into the venv .build/venv and sets HUB_TEST_REQUIRE_PEERS=1, which makes its absence a failure)"
 
     static func requireAvailable() throws {
         if let importProblem {
             throw HubTestError("""
                 HUB_TEST_REQUIRE_PEERS=1 but the interop peer Python websockets is missing: \(importProblem)
-                install it with: python3 -m pip install 'websockets>=13,<16'   (scripts/test does this)
+                scripts/test makes the venv .build/venv with it (scripts/requirements-test.txt) and puts it first on PATH;
+                by hand: python3 -m venv .build/venv && .build/venv/bin/pip install -r scripts/requirements-test.txt
+                && export PATH="$PWD/.build/venv/bin:$PATH" (never pip-install into the system Python)
                 """)
         }
     }
