@@ -1,4 +1,5 @@
 import Foundation
+import Hub
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -143,8 +144,10 @@ enum Units {
     }
 }
 
+/// One message to stderr through the shared `StandardStream` writer: a closed or reader-less stderr loses the
+/// message, never the exit code.
 func writeStderr(_ text: String) {
-    FileHandle.standardError.write(Data((text.hasSuffix("\n") ? text : text + "\n").utf8))
+    StandardStream.error.writeLine(text)
 }
 
 /// Prints a reply line as received (JSON is UTF-8) followed by a newline.

@@ -65,7 +65,7 @@ enum PublishCommand {
             bytes = Array(contents)
             source = file
         } else if inline == "-" {
-            bytes = Array(FileHandle.standardInput.readDataToEndOfFile())
+            do { bytes = try StandardStream.readInput() } catch { throw .input("cannot read stdin: \(error)") }
             source = "stdin"
         } else if let inline {
             bytes = Array(inline.utf8)
