@@ -4,8 +4,8 @@ import Hub
 
 // Before anything opens a descriptor: a closed stdin/stdout/stderr becomes /dev/null, so no socket gets fd 2.
 StandardStream.reserveStandardDescriptors()
-// Before any thread exists: SIGTERM/SIGINT are taken by the main thread below, SIGPIPE is ignored.
-HubServer.blockTerminationSignals()
+// Before any thread exists: the operator signals are taken by the main thread below, SIGPIPE is ignored.
+HubServer.blockOperatorSignals()
 
 /// Every log line goes through the shared writer: a closed stderr or a log reader that went away loses lines,
 /// never the hub.
@@ -40,7 +40,7 @@ do {
     exit(1)
 }
 
-let received = server.waitForTerminationSignal()
-log("received \(received == SIGTERM ? "SIGTERM" : "SIGINT"): closing connections with 1001")
+let received = server.serveSignals()
+log("received \(HubServer.name(of: received)): closing connections with 1001")
 server.shutdown()
 exit(0)
