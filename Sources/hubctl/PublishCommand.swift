@@ -44,8 +44,8 @@ enum PublishCommand {
         if context.json { writeStdout(bytes: reply.raw); return }
         print("published seq \(seq), delivered to \(delivered) connection\(delivered == 1 ? "" : "s")")
         if delivered == 0 {
-            let hint = account.map { "no subscribed connection for \($0): fall back to push" }
-                ?? "no connection is subscribed to \(channel)"
+            let hint = account.map { "no subscribed connection for \(TerminalText.escape($0)): fall back to push" }
+                ?? "no connection is subscribed to \(TerminalText.escape(channel))"
             print(context.style.yellow("hint: " + hint))
         }
     }
