@@ -2,12 +2,16 @@ import Foundation
 import Glibc
 import Hub
 
-// Before any thread exists: SIGTERM/SIGINT are taken by the main thread below, SIGPIPE is ignored.
-HubServer.blockTerminationSignals()
+// Before anything opens a descriptor: a closed stdin/stdout/stderr becomes /dev/null, so no socket gets fd 2.
+StandardStream.reserveStandardDescriptors()
+// Before any thread exists: the operator signals are taken by the main thread below, SIGPIPE is ignored.
+HubServer.blockOperatorSignals()
 
+/// Every log line goes through the shared writer: a closed stderr or a log reader that went away loses lines,
+/// never the hub.
 let log: @Sendable (String) -> Void = { line in
     let stamp = Date().formatted(.iso8601)
-    FileHandle.standardError.write(Data("\(stamp) hub: \(line)\n".utf8))
+    StandardStream.error.writeLine("\(stamp) hub: \(line)")
 }
 
 let configuration: HubConfiguration
@@ -15,16 +19,16 @@ do {
     switch try HubConfiguration.parse(arguments: Array(CommandLine.arguments.dropFirst()),
                                       environment: ProcessInfo.processInfo.environment) {
     case .help(let text):
-        print(text)
+        StandardStream.output.writeLine(text)
         exit(0)
     case .version:
-        print("hub \(HubVersion.string)")
+        StandardStream.output.writeLine("hub \(HubVersion.string)")
         exit(0)
     case .run(let c):
         configuration = c
     }
 } catch {
-    FileHandle.standardError.write(Data("hub: \(error.message)\n".utf8))
+    StandardStream.error.writeLine("hub: \(error.message)")
     exit(2)
 }
 
@@ -36,7 +40,7 @@ do {
     exit(1)
 }
 
-let received = server.waitForTerminationSignal()
-log("received \(received == SIGTERM ? "SIGTERM" : "SIGINT"): closing connections with 1001")
+let received = server.serveSignals()
+log("received \(HubServer.name(of: received)): closing connections with 1001")
 server.shutdown()
 exit(0)

@@ -26,7 +26,7 @@ enum ChannelCommand {
     }
 
     static func render(_ channel: JSON, style: Style, now: Double) -> [String] {
-        var lines = [style.bold("channel \(channel["name"].string ?? "?")")]
+        var lines = [style.bold("channel \(channel["name"].text ?? "?")")]
         lines += keyValueLines([
             ("subscribers", Units.count(channel["subscribers"].int)),
             ("accounts", Units.count(channel["accounts"].int)),
@@ -43,7 +43,7 @@ enum ChannelCommand {
         } else {
             var table = Table([("ACCOUNT", .left), ("SUBSCRIBERS", .right)])
             for account in accounts {
-                table.add([account["account"].string ?? "?", Units.count(account["subscribers"].int)])
+                table.add([account["account"].text ?? "?", Units.count(account["subscribers"].int)])
             }
             lines += table.render(style, indent: "  ")
         }
@@ -57,8 +57,8 @@ enum ChannelCommand {
             var table = Table([("TYPE", .left), ("ACCOUNT", .left), ("SEQ", .right), ("SIZE", .right),
                                ("DELIVERED", .right), ("WHEN", .left)])
             for event in events {
-                let account = event["broadcast"].bool == true ? "broadcast" : (event["account"].string ?? "?")
-                table.add([event["type"].string ?? "?", account, event["seq"].int.map(String.init) ?? "-",
+                let account = event["broadcast"].bool == true ? "broadcast" : (event["account"].text ?? "?")
+                table.add([event["type"].text ?? "?", account, event["seq"].int.map(String.init) ?? "-",
                            Units.bytes(event["size"].int), Units.count(event["delivered"].int),
                            Units.ago(event["at"].double, now: now)])
             }

@@ -28,7 +28,7 @@ enum ChannelsCommand {
         var table = Table([("CHANNEL", .left), ("SUBSCRIBERS", .right), ("ACCOUNTS", .right),
                            ("PUBLISHED", .right), ("/S", .right), ("DELIVERED", .right), ("LAST EVENT", .left)])
         for channel in channels {
-            table.add([channel["name"].string ?? "?", Units.count(channel["subscribers"].int),
+            table.add([channel["name"].text ?? "?", Units.count(channel["subscribers"].int),
                        Units.count(channel["accounts"].int), Units.count(channel["published"].int),
                        Units.rate(channel["publishedPerSecond"].double), Units.count(channel["delivered"].int),
                        Units.ago(channel["lastEventAt"].double, now: now)])

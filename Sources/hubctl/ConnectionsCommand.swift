@@ -37,10 +37,10 @@ enum ConnectionsCommand {
                            ("APP", .left), ("CHANNELS", .left), ("SINCE", .right), ("QUEUED", .right),
                            ("IN", .right), ("OUT", .right)])
         for c in connections {
-            let channels = (c["channels"].array ?? []).compactMap(\.string).joined(separator: ",")
+            let channels = (c["channels"].array ?? []).compactMap(\.text).joined(separator: ",")
             let connectedAt = c["connectedAt"].double
-            table.add([c["id"].string ?? "?", c["account"].string ?? "?", c["remote"].string ?? "-",
-                       c["platform"].string ?? "-", c["appVersion"].string ?? "-",
+            table.add([c["id"].text ?? "?", c["account"].text ?? "?", c["remote"].text ?? "-",
+                       c["platform"].text ?? "-", c["appVersion"].text ?? "-",
                        channels.isEmpty ? "-" : channels,
                        connectedAt.map { Units.duration(now - $0) } ?? "-",
                        Units.bytes(c["queuedBytes"].int), Units.count(c["messagesIn"].int),

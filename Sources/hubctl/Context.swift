@@ -44,7 +44,12 @@ struct JSON {
 
     var object: [String: Any]? { value as? [String: Any] }
     var array: [JSON]? { (value as? [Any])?.map { JSON($0) } }
+    /// The string as received: for logic and `--json`, never for human output.
     var string: String? { value as? String }
+    /// The string for human output: control characters made visible (`TerminalText.escape`). Every string a
+    /// client, a backend or the hub supplied reaches the terminal through this or
+    /// `TerminalText.escape` itself (`tail`'s data: JSONSerialization escapes C0 inside strings, not DEL or C1).
+    var text: String? { string.map(TerminalText.escape) }
     var isNull: Bool { value == nil || value is NSNull }
     /// True for JSON `true`/`false` only: on Linux every NSNumber bridges to Bool, so look at the class.
     private var isBoolean: Bool {
@@ -61,7 +66,7 @@ struct JSON {
         guard let d = double, d.isFinite, d == d.rounded(), abs(d) < 9e18 else { return nil }
         return Int(d)
     }
-    /// Compact text for display: strings as JSON strings, objects with sorted keys.
+    /// Compact text: strings as JSON strings, objects with sorted keys.
     var compact: String {
         guard let value, !(value is NSNull) else { return "null" }
         guard let data = try? JSONSerialization.data(
@@ -145,12 +150,13 @@ struct HubSession {
             throw .unexpected(snippet(raw))
         }
         if context.json { writeStdout(bytes: raw) }
-        let message = json["error"]["message"].string ?? "(no message)"
-        throw CLIError(exitCode: ExitCode.hubError, message: "\(code): \(message)")
+        let message = json["error"]["message"].text ?? "(no message)"
+        throw CLIError(exitCode: ExitCode.hubError, message: "\(TerminalText.escape(code)): \(message)")
     }
 
+    /// The start of a reply line for an error message, control characters made visible.
     static func snippet(_ raw: [UInt8]) -> String {
-        let text = String(decoding: raw.prefix(300), as: UTF8.self)
+        let text = TerminalText.escape(String(decoding: raw.prefix(300), as: UTF8.self))
         if raw.isEmpty { return "(an empty line)" }
         return raw.count > 300 ? text + "..." : text
     }

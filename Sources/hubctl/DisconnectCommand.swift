@@ -40,7 +40,7 @@ enum DisconnectCommand {
         }
         if context.json { writeStdout(bytes: reply.raw); return }
         var line = "disconnected \(count) connection\(count == 1 ? "" : "s")"
-        if count == 0, let account { line += " (\(account) has no open connection)" }
+        if count == 0, let account { line += " (\(TerminalText.escape(account)) has no open connection)" }
         print(line)
     }
 }

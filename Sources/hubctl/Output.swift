@@ -1,4 +1,5 @@
 import Foundation
+import Hub
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -143,8 +144,11 @@ enum Units {
     }
 }
 
+/// One message (possibly several lines) to stderr, control characters other than the line breaks made visible.
+/// Through the shared `StandardStream` writer: a closed or reader-less stderr loses the message, never the exit code.
 func writeStderr(_ text: String) {
-    FileHandle.standardError.write(Data((text.hasSuffix("\n") ? text : text + "\n").utf8))
+    let lines = text.split(separator: "\n", omittingEmptySubsequences: false).map { TerminalText.escape(String($0)) }
+    StandardStream.error.writeLine(lines.joined(separator: "\n"))
 }
 
 /// Prints a reply line as received (JSON is UTF-8) followed by a newline.

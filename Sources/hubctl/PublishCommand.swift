@@ -44,8 +44,8 @@ enum PublishCommand {
         if context.json { writeStdout(bytes: reply.raw); return }
         print("published seq \(seq), delivered to \(delivered) connection\(delivered == 1 ? "" : "s")")
         if delivered == 0 {
-            let hint = account.map { "no subscribed connection for \($0): fall back to push" }
-                ?? "no connection is subscribed to \(channel)"
+            let hint = account.map { "no subscribed connection for \(TerminalText.escape($0)): fall back to push" }
+                ?? "no connection is subscribed to \(TerminalText.escape(channel))"
             print(context.style.yellow("hint: " + hint))
         }
     }
@@ -65,7 +65,7 @@ enum PublishCommand {
             bytes = Array(contents)
             source = file
         } else if inline == "-" {
-            bytes = Array(FileHandle.standardInput.readDataToEndOfFile())
+            do { bytes = try StandardStream.readInput() } catch { throw .input("cannot read stdin: \(error)") }
             source = "stdin"
         } else if let inline {
             bytes = Array(inline.utf8)

@@ -24,14 +24,14 @@ enum StatusCommand {
 
     static func render(_ stats: JSON, style: Style) -> [String] {
         var lines: [String] = []
-        var head = style.bold("hub \(stats["version"].string ?? "?")")
+        var head = style.bold("hub \(stats["version"].text ?? "?")")
         if let pid = stats["pid"].int { head += "  pid \(pid)" }
         head += "  up \(Units.duration(stats["uptimeSeconds"].double))"
         lines.append(head)
         var where_: [String] = []
-        if let listen = stats["listen"].string { where_.append("listen \(listen)") }
-        if let socket = stats["socket"].string { where_.append("socket \(socket)") }
-        if let auth = stats["auth"].string { where_.append("auth \(auth)") }
+        if let listen = stats["listen"].text { where_.append("listen \(listen)") }
+        if let socket = stats["socket"].text { where_.append("socket \(socket)") }
+        if let auth = stats["auth"].text { where_.append("auth \(auth)") }
         if !where_.isEmpty { lines.append(where_.joined(separator: "  ")) }
         lines.append("")
 

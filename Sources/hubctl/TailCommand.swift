@@ -52,10 +52,11 @@ enum TailCommand {
     }
 
     static func format(_ event: JSON, style: Style) -> String {
-        let who = event["broadcast"].bool == true ? "broadcast" : (event["account"].string ?? "?")
+        let who = event["broadcast"].bool == true ? "broadcast" : (event["account"].text ?? "?")
         var data = event["data"].compact
         if data.count > 500 { data = String(data.prefix(500)) + "..." }
-        return [style.dim(Units.clock(event["at"].double)), style.bold(event["type"].string ?? "?"), who,
+        data = TerminalText.escape(data)
+        return [style.dim(Units.clock(event["at"].double)), style.bold(event["type"].text ?? "?"), who,
                 "seq \(event["seq"].int.map(String.init) ?? "-")",
                 "delivered \(event["delivered"].int.map(String.init) ?? "-")", data].joined(separator: "  ")
     }

@@ -85,7 +85,7 @@ enum TopCommand {
         }
         let c = stats["connections"], m = stats["messages"], b = stats["bytes"], d = stats["drops"]
         var lines = [
-            style.bold("hub \(stats["version"].string ?? "?")") + "  up \(Units.duration(stats["uptimeSeconds"].double))"
+            style.bold("hub \(stats["version"].text ?? "?")") + "  up \(Units.duration(stats["uptimeSeconds"].double))"
                 + "  connections \(Units.count(c["open"].int)) open, \(Units.count(c["handshaking"].int)) handshaking"
                 + ", limit \(Units.count(c["limit"].int))  subscriptions \(Units.count(stats["subscriptions"].int))",
             "msgs in \(Units.rate(m["inPerSecond"].double))/s out \(Units.rate(m["outPerSecond"].double))/s"
@@ -106,7 +106,7 @@ enum TopCommand {
             var table = Table([("CHANNEL", .left), ("SUBSCRIBERS", .right), ("PUBLISHED/S", .right),
                                ("PUBLISHED", .right), ("DELIVERED", .right), ("LAST EVENT", .left)])
             for ch in busyChannels {
-                table.add([ch["name"].string ?? "?", Units.count(ch["subscribers"].int),
+                table.add([ch["name"].text ?? "?", Units.count(ch["subscribers"].int),
                            Units.rate(ch["publishedPerSecond"].double), Units.count(ch["published"].int),
                            Units.count(ch["delivered"].int), Units.ago(ch["lastEventAt"].double, now: now)])
             }
@@ -122,10 +122,10 @@ enum TopCommand {
             var table = Table([("ID", .left), ("ACCOUNT", .left), ("QUEUED", .right), ("OUT", .right),
                                ("IN", .right), ("SINCE", .right), ("PLATFORM", .left)])
             for conn in busyConnections {
-                table.add([conn["id"].string ?? "?", conn["account"].string ?? "?", Units.bytes(conn["queuedBytes"].int),
+                table.add([conn["id"].text ?? "?", conn["account"].text ?? "?", Units.bytes(conn["queuedBytes"].int),
                            Units.count(conn["messagesOut"].int), Units.count(conn["messagesIn"].int),
                            conn["connectedAt"].double.map { Units.duration(now - $0) } ?? "-",
-                           conn["platform"].string ?? "-"])
+                           conn["platform"].text ?? "-"])
             }
             lines += table.render(style, indent: "  ")
         }

@@ -5,12 +5,16 @@ import Hub
 
 /// Runs hubctl with `arguments` (without the program name) and returns the exit code.
 func runHubctl(_ arguments: [String]) -> Int32 {
+    // Before anything opens a descriptor: a closed stdin/stdout/stderr becomes /dev/null (StandardStream).
+    StandardStream.reserveStandardDescriptors()
     // A parent (a test runner, a supervisor) may hand us a blocked signal mask; Ctrl-C and SIGTERM must work.
     var unblock = sigset_t()
     sigemptyset(&unblock)
     sigaddset(&unblock, SIGINT)
     sigaddset(&unblock, SIGTERM)
     sigprocmask(SIG_UNBLOCK, &unblock, nil)
+    // A vanished reader of stdout or stderr is an error return (StandardStream drops the line), not a signal.
+    // `tail` restores the default so that `hubctl tail ... | head` ends quietly.
     signal(SIGPIPE, SIG_IGN)
     let parsed: ParsedArguments
     do {

@@ -147,7 +147,7 @@ struct HubConfigurationTests {
 
     @Test func flagsOverrideEnvironment() throws {
         let outcome = try HubConfiguration.parse(
-            arguments: ["--listen", "127.0.0.1:0", "--channels=a,b,a", "--echo", "--ping-interval", "2m"],
+            arguments: ["--listen", "127.0.0.1:0", "--channels=a,b", "--echo", "--ping-interval", "2m"],
             environment: ["HUB_LISTEN": "0.0.0.0:9000", "HUB_THREADS": "3", "HUB_JWT_SECRET": "  s3cret \n"])
         guard case .run(let c) = outcome else { Issue.record("expected run"); return }
         #expect(c.listen == "127.0.0.1:0")

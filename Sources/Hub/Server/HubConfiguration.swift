@@ -243,7 +243,10 @@ public struct HubConfiguration: Sendable, Equatable {
             guard isValidChannelName(name) else {
                 throw ConfigurationError(message: "invalid channel name '\(name)': use 1-128 characters from A-Z a-z 0-9 _ - . :")
             }
-            if !names.contains(name) { names.append(name) }
+            guard !names.contains(name) else {
+                throw ConfigurationError(message: "channel '\(name)' is listed twice: each name once")
+            }
+            names.append(name)
         }
         guard !names.isEmpty else { throw ConfigurationError(message: "at least one channel is needed") }
         return names

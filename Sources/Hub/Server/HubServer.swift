@@ -7,7 +7,7 @@ import WSProtocol
 ///
 /// Threads: one event loop per core (`--threads`). Each accepted client belongs to the loop that accepted it
 /// (SO_REUSEPORT spreads accepts) for its whole life. Every Unix-socket connection lives on loop 0, which also
-/// keeps the publish ledger and the tails. The main thread only waits for SIGTERM/SIGINT.
+/// keeps the publish ledger and the tails. The main thread only takes signals (HubSignals.swift).
 public final class HubServer: Sendable {
     let core: HubCore
     private let group: EventLoopGroup
@@ -119,31 +119,6 @@ public final class HubServer: Sendable {
         } catch {
             throw StartError("JWT configuration: \(error)")
         }
-    }
-
-    /// Blocks the calling thread until SIGTERM or SIGINT. The signals must have been blocked in every thread
-    /// (`HubServer.blockTerminationSignals()` before `start`), so they wait here instead of killing the process.
-    public func waitForTerminationSignal() -> Int32 {
-        var set = HubServer.terminationSignals()
-        var signal: Int32 = 0
-        while sigwait(&set, &signal) != 0 {}
-        return signal
-    }
-
-    /// Call first thing in `main`, before any thread exists: blocks SIGTERM/SIGINT (they are taken by
-    /// `waitForTerminationSignal`) and ignores SIGPIPE (a peer that vanished is an error return, not a signal).
-    public static func blockTerminationSignals() {
-        signal(SIGPIPE, SIG_IGN)
-        var set = terminationSignals()
-        pthread_sigmask(SIG_BLOCK, &set, nil)
-    }
-
-    static func terminationSignals() -> sigset_t {
-        var set = sigset_t()
-        sigemptyset(&set)
-        sigaddset(&set, SIGTERM)
-        sigaddset(&set, SIGINT)
-        return set
     }
 
     /// Graceful shutdown: stop accepting, close every client with 1001, wait up to `--shutdown-timeout` for the
