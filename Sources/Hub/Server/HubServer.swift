@@ -223,7 +223,10 @@ final class SocketAcceptor: ListenerDelegate {
     func accepted(fd: Int32, peer: String, on loop: EventLoop) {
         let handler = SocketConnection(context: context)
         do {
-            handler.connection = try Connection(adopting: fd, on: loop, peer: peer, handler: handler, maxQueuedBytes: 256 << 20)
+            // The connection bounds what it owes its peer itself (`SocketConnection.maxOwedBytes`); the queue holds
+            // at most this much of it.
+            handler.connection = try Connection(adopting: fd, on: loop, peer: peer, handler: handler,
+                                                maxQueuedBytes: SocketConnection.maxQueuedBytes)
         } catch {
             return
         }
