@@ -6,7 +6,7 @@ import WSProtocol
 /// The hub: event loops, the client listener, the Unix socket, and their lifecycle.
 ///
 /// Threads: one event loop per core (`--threads`). Each accepted client belongs to the loop that accepted it
-/// (SO_REUSEPORT spreads accepts) for its whole life. Every Unix-socket connection lives on loop 0, which also
+/// (the loops share one listening socket and take turns accepting; see `TCPListener`) for its whole life. Every Unix-socket connection lives on loop 0, which also
 /// keeps the publish ledger and the tails. The main thread only waits for SIGTERM/SIGINT.
 public final class HubServer: Sendable {
     let core: HubCore
