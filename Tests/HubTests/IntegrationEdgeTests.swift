@@ -216,9 +216,9 @@ import WSProtocol
         init(_ admin: AdminClient) { self.admin = admin }
     }
 
-    /// A publisher that pipelines far more than the hub lets pile up (65,536 unanswered requests, 1 MiB of
-    /// queued replies) while reading replies on another thread: the hub pauses and resumes reading, and every
-    /// request gets its reply, in order.
+    /// A publisher that pipelines far more than the hub lets pile up (1 MiB of replies owed, publishes counting
+    /// their lines until answered) while reading replies on another thread: the hub pauses and resumes reading,
+    /// and every request gets its reply, in order.
     @Test func deepPipelineIsThrottledNotLost() throws {
         let hub = try HubProcess()
         let ws = try hub.client("acc_1", channels: ["wallet_updates"])

@@ -248,28 +248,24 @@ struct ProtocolSocketTests {
         let stream = Array(("{\"op\":\"stats\",\"id\":1}\r\n" + "{\"op\":\"nope\"}\n" + tooLong +
             #"{"op":"publish","channel":"c","account":"a","type":"t","data":[1, 2]}"# + "\n").utf8)
         func run(_ chunks: [ArraySlice<UInt8>]) -> [String] {
-            var framer = LineFramer(maxLineBytes: 200)
-            var out: [String] = []
-            func handle(_ line: LineFramer.Line) {
-                guard case .line(let bytes) = line else {
+            frameLines(chunks.map { Array($0) }, max: 200).lines.map { line in
+                guard let line else {
                     var w = JSONWriter()
                     SocketReplies.lineTooLong(maxLineBytes: 200, into: &w)
-                    out.append(String(decoding: w.bytes, as: UTF8.self))
-                    return
+                    return String(decoding: w.bytes, as: UTF8.self)
                 }
-                do throws(SocketRequestError) {
-                    let r = try SocketRequest.parse(line: bytes)
-                    if case .publish(let p) = r.request {
-                        out.append("publish " + String(decoding: p.dataBytes(in: bytes), as: UTF8.self))
-                    } else {
-                        out.append("\(r.request) \(r.id?.description ?? "-")")
+                return line.withUnsafeBytes { bytes in
+                    do throws(SocketRequestError) {
+                        let r = try SocketRequest.parse(line: bytes)
+                        if case .publish(let p) = r.request {
+                            return "publish " + String(decoding: p.dataBytes(in: bytes), as: UTF8.self)
+                        }
+                        return "\(r.request) \(r.id?.description ?? "-")"
+                    } catch {
+                        return error.code.rawValue
                     }
-                } catch {
-                    out.append(error.code.rawValue)
                 }
             }
-            for c in chunks { Array(c).withUnsafeBytes { framer.feed($0, handle) } }
-            return out
         }
         let expected = ["stats 1", "UNKNOWN_OP",
                         #"{"ok":false,"error":{"code":"LINE_TOO_LONG","message":"line longer than 200 bytes"}}"# + "\n",

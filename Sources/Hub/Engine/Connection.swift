@@ -64,6 +64,8 @@ public final class Connection {
     private var lingerTimer = TimerHandle.none
     private var spill = UnsafeMutableRawBufferPointer(start: nil, count: 0)
     private var spillCount = 0
+    /// `resumeReading` queued a `redeliver` of the held bytes.
+    private var redeliveryScheduled = false
 
     /// Adopts a connected non-blocking fd (from a listener or `SocketAddress.connect`) on `loop`.
     /// Call on the loop thread. On error the fd is closed.
@@ -128,7 +130,8 @@ public final class Connection {
         out.dropUnsent()
     }
 
-    /// Flushes now instead of at the end of the iteration.
+    /// Flushes now instead of at the end of the iteration. When the queue drains here, the caller sees
+    /// `queuedBytes == 0` and `connectionWritable` is not called; when it does not, EPOLLOUT is armed.
     public func flush() {
         if state == .open || state == .draining { flushNow() }
     }
@@ -136,10 +139,12 @@ public final class Connection {
     /// Called by the loop at the end of the iteration for corked connections.
     func flushCorked() {
         flushScheduled = false
-        if state == .open || state == .draining { flushNow() }
+        if state == .open || state == .draining { flushNow(notify: true) }
     }
 
-    private func flushNow(fromWritable: Bool = false) {
+    /// - Parameter notify: tell the handler (`connectionWritable`) if this drains a queue that had pushed back;
+    ///   false when the handler itself asked for the flush.
+    private func flushNow(notify: Bool = false) {
         guard !out.isEmpty else {
             if state == .draining { shutdownWrite() }
             return
@@ -150,10 +155,11 @@ public final class Connection {
         case .pending:
             setInterest(interest | Epoll.writable)
         case .drained:
-            if interest & Epoll.writable != 0 { setInterest(interest & ~Epoll.writable) }
+            let pushedBack = interest & Epoll.writable != 0
+            if pushedBack { setInterest(interest & ~Epoll.writable) }
             if state == .draining {
                 shutdownWrite()
-            } else if fromWritable {
+            } else if pushedBack && notify {
                 handler?.connectionWritable(self)
             }
         case .failed(let error):
@@ -180,10 +186,30 @@ public final class Connection {
         setInterest(interest & ~Epoll.readable)
     }
 
+    /// Delivers reads again. Bytes the handler left unconsumed are handed back soon (on this loop, not
+    /// from inside this call) even if the socket brings nothing new: a handler that paused between two
+    /// complete messages gets the rest without waiting for the peer to send more.
     public func resumeReading() {
         guard state == .open, readingPaused else { return }
         readingPaused = false
         setInterest(interest | Epoll.readable)
+        if spillCount > 0 && !redeliveryScheduled {
+            redeliveryScheduled = true
+            let me = WeakConnection(self)
+            loop.execute { me.value?.redeliver() }
+        }
+    }
+
+    /// Hands the held bytes back to the handler without reading (after `resumeReading`).
+    private func redeliver() {
+        guard redeliveryScheduled else { return }
+        redeliveryScheduled = false
+        guard state == .open, !readingPaused, spillCount > 0, let handler else { return }
+        let total = spillCount
+        let consumed = handler.connectionReadable(self, UnsafeMutableRawBufferPointer(rebasing: spill[0..<total]))
+        precondition(consumed >= 0 && consumed <= total, "handler consumed \(consumed) of \(total) bytes")
+        guard state == .open else { return }
+        keepTail(total - consumed, of: spill, consumed: consumed, inSpill: true)
     }
 
     private func ensureSpill(capacity: Int) {
@@ -197,6 +223,11 @@ public final class Connection {
     }
 
     private func readAvailable() {
+        if redeliveryScheduled {
+            // Held bytes first: they came before anything the socket has now (an EOF included).
+            redeliver()
+            guard state == .open, !readingPaused else { return }
+        }
         var budget = loop.configuration.readBudgetPerWakeup
         let shared = loop.readBuffer
         while state != .closed && budget > 0 {
@@ -237,31 +268,36 @@ public final class Connection {
             let consumed = handler.connectionReadable(self, UnsafeMutableRawBufferPointer(rebasing: buffer[0..<total]))
             precondition(consumed >= 0 && consumed <= total, "handler consumed \(consumed) of \(total) bytes")
             guard state == .open else { return }
-            let tail = total - consumed
-            if tail > 0 {
-                if useSpill {
-                    if consumed > 0 { spill.baseAddress!.copyMemory(from: spill.baseAddress! + consumed, byteCount: tail) }
-                } else {
-                    spillCount = 0
-                    ensureSpill(capacity: tail)
-                    spill.baseAddress!.copyMemory(from: buffer.baseAddress! + consumed, byteCount: tail)
-                }
-            } else if spill.count > 64 * 1024 {
-                // A large message passed; give the memory back.
-                spill.deallocate()
-                spill = UnsafeMutableRawBufferPointer(start: nil, count: 0)
-            }
-            spillCount = tail
+            keepTail(total - consumed, of: buffer, consumed: consumed, inSpill: useSpill)
             if readingPaused { return }
             if n < room { return }  // short read: the socket is drained; skip the EAGAIN round trip
         }
+    }
+
+    /// Keeps the `tail` bytes after `consumed` in `buffer` (the spill buffer itself when `inSpill`) for the next
+    /// delivery, in the spill buffer.
+    private func keepTail(_ tail: Int, of buffer: UnsafeMutableRawBufferPointer, consumed: Int, inSpill: Bool) {
+        if tail > 0 {
+            if inSpill {
+                if consumed > 0 { spill.baseAddress!.copyMemory(from: spill.baseAddress! + consumed, byteCount: tail) }
+            } else {
+                spillCount = 0
+                ensureSpill(capacity: tail)
+                spill.baseAddress!.copyMemory(from: buffer.baseAddress! + consumed, byteCount: tail)
+            }
+        } else if spill.count > 64 * 1024 {
+            // A large message passed; give the memory back.
+            spill.deallocate()
+            spill = UnsafeMutableRawBufferPointer(start: nil, count: 0)
+        }
+        spillCount = tail
     }
 
     // MARK: Events
 
     func handleEvents(_ events: UInt32) {
         if events & Epoll.writable != 0 && state != .closed {
-            flushNow(fromWritable: true)
+            flushNow(notify: true)
         }
         if events & (Epoll.readable | Epoll.hangup | Epoll.error) != 0 && state != .closed {
             if readingPaused && events & (Epoll.hangup | Epoll.error) != 0 {
@@ -345,3 +381,9 @@ extension Connection: LoopSelectable {
 
 @available(*, unavailable)
 extension Connection: Sendable {}
+
+/// A weak reference to a connection for a job its own loop runs later (never dereferenced elsewhere).
+private struct WeakConnection: @unchecked Sendable {
+    weak var value: Connection?
+    init(_ value: Connection) { self.value = value }
+}

@@ -33,12 +33,15 @@ public protocol ConnectionHandler: AnyObject {
     /// Bytes arrived. `bytes` is the loop's shared read buffer (or this connection's spill buffer),
     /// preceded by any tail left unconsumed last time; the handler may mutate it in place (unmask).
     /// - Returns: how many leading bytes were consumed. The unconsumed tail is kept by the engine
-    ///   and handed back, in front of the next bytes, on the next call. The buffer is only valid
-    ///   during the call.
+    ///   and handed back, in front of the next bytes, on the next call; a handler that paused
+    ///   reading gets it back soon after `resumeReading` even if no new bytes arrive (so it may stop
+    ///   between two complete messages). The buffer is only valid during the call.
     func connectionReadable(_ connection: Connection, _ bytes: UnsafeMutableRawBufferPointer) -> Int
 
-    /// The outbound queue drained after the socket had pushed back (EPOLLOUT). A good moment to
-    /// resume producing. Not called for writes that went out immediately.
+    /// The outbound queue drained after the socket had pushed back (EPOLLOUT armed), whether the
+    /// drain came from EPOLLOUT or from the end-of-iteration flush. A good moment to resume
+    /// producing. Not called for writes that went out immediately, nor for a drain inside the
+    /// handler's own `flush()` call.
     func connectionWritable(_ connection: Connection)
 
     /// The connection is closed and its fd is gone; called exactly once.

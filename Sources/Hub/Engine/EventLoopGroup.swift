@@ -3,7 +3,7 @@ import Synchronization
 
 /// N event loops (default: one per online core), handed out round-robin.
 ///
-/// The hub runs one loop per core and lets SO_REUSEPORT spread accepts; the load generator uses
+/// The hub runs one loop per core and lets them share one listening socket (`TCPListener`); the load generator uses
 /// `next()` to spread its outgoing connections.
 public final class EventLoopGroup: Sendable {
     public let loops: [EventLoop]

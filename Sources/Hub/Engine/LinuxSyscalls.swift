@@ -10,6 +10,7 @@ enum LinuxSyscalls {
     static let EPOLLERR: UInt32 = 0x008
     static let EPOLLHUP: UInt32 = 0x010
     static let EPOLLRDHUP: UInt32 = 0x2000
+    static let EPOLLEXCLUSIVE: UInt32 = 1 << 28
     static let EPOLL_CTL_ADD: Int32 = 1
     static let EPOLL_CTL_DEL: Int32 = 2
     static let EPOLL_CTL_MOD: Int32 = 3

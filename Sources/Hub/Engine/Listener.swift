@@ -5,6 +5,12 @@ import Glibc
 /// Accepts run until EAGAIN or `acceptBudget` per wake-up (fairness: a connection storm must not
 /// starve established connections on the same loop; level-triggered epoll reports the rest).
 ///
+/// A socket shared by several loops (`TCPListener`) is registered with EPOLLEXCLUSIVE in each loop's
+/// epoll: a connection wakes one waiting loop. After accepting, the listener re-registers (DEL + ADD:
+/// EPOLLEXCLUSIVE registrations cannot be modified), which moves its loop to the back of the socket's
+/// wait queue, so the next connection wakes another loop first. The last listener to close a shared
+/// socket closes its descriptor.
+///
 /// Descriptor exhaustion: with EMFILE/ENFILE, the pending connection would sit in the backlog and
 /// level-triggered epoll would spin on it. So each listener keeps one reserve fd (/dev/null): on
 /// exhaustion it closes the reserve, accepts, lets the delegate answer (HTTP 503), closes, and
@@ -17,6 +23,9 @@ final class Listener: LoopSelectable {
     let isTCP: Bool
     let generation: UInt32
     private let delegate: any ListenerDelegate
+    /// Set when other loops listen on the same socket.
+    private let shared: SharedDescriptor?
+    private let events: UInt32
     private var reserveFD: Int32 = -1
     private var exhausted = false
     private var paused = false
@@ -24,14 +33,19 @@ final class Listener: LoopSelectable {
     /// Test hook: pretend accept4 failed with this errno before the real call (nil in production).
     var injectedAcceptError: Int32?
 
-    init(fd: Int32, loop: EventLoop, isTCP: Bool, delegate: any ListenerDelegate) throws(SyscallError) {
+    /// - Parameter shared: the socket's shared owner when other loops listen on it too (released on `close`
+    ///   instead of closing `fd`); nil when this listener owns `fd`. On a throw nothing is registered and
+    ///   nothing is released.
+    init(fd: Int32, loop: EventLoop, isTCP: Bool, delegate: any ListenerDelegate, shared: SharedDescriptor? = nil) throws(SyscallError) {
         self.fd = fd
         self.loop = loop
         self.isTCP = isTCP
         self.delegate = delegate
+        self.shared = shared
+        events = shared == nil ? Epoll.input : Epoll.input | LinuxSyscalls.EPOLLEXCLUSIVE
         generation = loop.reserveGeneration()
         openReserve()
-        try loop.register(self, fd: fd, generation: generation, events: Epoll.input)
+        try loop.register(self, fd: fd, generation: generation, events: events)
     }
 
     private func openReserve() {
@@ -51,10 +65,13 @@ final class Listener: LoopSelectable {
 
     func handleEvents(_ events: UInt32) {
         var budget = Listener.acceptBudget
+        var accepted = false
+        defer { if accepted { yieldTurn() } }
         while budget > 0 && !closed && !paused {
             budget -= 1
             do {
                 guard case .processed(let (client, peer)) = try accept() else { return }
+                accepted = true
                 exhausted = false
                 loop.metrics.accepts += 1
                 if isTCP { Socket.setNoDelay(client) }
@@ -108,15 +125,33 @@ final class Listener: LoopSelectable {
         return .shed
     }
 
-    /// Stops accepting for one timer tick (the backlog waits in the kernel meanwhile).
-    private func pause() {
+    /// A shared socket: go to the back of its wait queue, so the next connection wakes another loop first.
+    private func yieldTurn() {
+        guard shared != nil, !closed, !paused else { return }
+        loop.epoll.remove(fd: fd)
+        rearm()
+    }
+
+    /// Registers the socket in this loop's epoll again (it is level-triggered: a connection that arrived
+    /// meanwhile is reported). If even that fails, accepting pauses for one tick (other loops go on).
+    private func rearm() {
+        do {
+            try loop.epoll.add(fd: fd, generation: generation, events: events)
+        } catch {
+            pause(registered: false)
+        }
+    }
+
+    /// Stops accepting for one timer tick (the backlog waits in the kernel meanwhile). Removing the socket
+    /// from epoll and adding it back works for every registration (EPOLLEXCLUSIVE ones cannot be modified).
+    private func pause(registered: Bool = true) {
         guard !paused, !closed else { return }
         paused = true
-        try? loop.reregister(fd: fd, generation: generation, events: 0)
+        if registered { loop.epoll.remove(fd: fd) }
         loop.timers.schedule(afterNanos: 1) { [weak self] in
             guard let self, !self.closed else { return }
             self.paused = false
-            try? self.loop.reregister(fd: self.fd, generation: self.generation, events: Epoll.input)
+            self.rearm()
         }
     }
 
@@ -124,7 +159,7 @@ final class Listener: LoopSelectable {
         guard !closed else { return }
         closed = true
         loop.deregister(fd: fd, generation: generation)
-        closeFD(fd)
+        if let shared { shared.release() } else { closeFD(fd) }
         if reserveFD >= 0 { closeFD(reserveFD) }
         reserveFD = -1
     }

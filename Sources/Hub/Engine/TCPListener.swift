@@ -1,25 +1,39 @@
 import Glibc
+import Synchronization
 
-/// One listening TCP socket per event loop, all bound to the same port with SO_REUSEPORT so the
-/// kernel spreads incoming connections across loops (no accept thread, no fd hand-off).
+/// One listening TCP socket, shared by every event loop.
 ///
-/// Port 0 works: the first loop binds port 0 and learns the port, the others bind that port.
-/// This handle is Sendable; the per-loop accept state lives on each loop.
+/// Ownership of the address is atomic: the socket is bound without SO_REUSEPORT, so the kernel grants the address
+/// to one listening socket only, and a second server's `bind` or `listen` fails with EADDRINUSE however close
+/// together the two start (with one socket per loop and SO_REUSEPORT, two processes of the same user could both
+/// bind and the kernel would split connections between them). SO_REUSEADDR stays, so a restart is not blocked by
+/// the previous run's connections in TIME_WAIT.
+///
+/// Spreading accepts: each loop registers the socket in its own epoll with EPOLLEXCLUSIVE, so a new connection
+/// wakes one loop waiting in `epoll_wait` (a busy loop is skipped), not all of them. The woken loop accepts
+/// (non-blocking: EAGAIN is normal when another loop took the connection first) and then re-registers, which puts
+/// it behind the other loops in the socket's wait queue, so the next connection wakes another loop first.
+///
+/// Port 0 works: the one socket learns its port from the kernel. This handle is Sendable; the per-loop accept state
+/// lives on each loop.
 public final class TCPListener: Sendable {
     /// The bound address (with the real port when 0 was asked for).
     public let address: SocketAddress
     public var port: Int { address.port }
-    private let sockets: [(loop: EventLoop, fd: Int32)]
+    private let fd: Int32
+    private let loops: [EventLoop]
 
-    private init(address: SocketAddress, sockets: [(loop: EventLoop, fd: Int32)]) {
+    private init(address: SocketAddress, fd: Int32, loops: [EventLoop]) {
         self.address = address
-        self.sockets = sockets
+        self.fd = fd
+        self.loops = loops
     }
 
-    /// Binds `address` ("HOST:PORT") on every loop of `group` and starts accepting.
-    /// Call from outside the loops (it waits for each loop to register its socket).
+    /// Binds `address` ("HOST:PORT") and starts accepting on every loop of `group`.
+    /// Call from outside the loops (it waits for each loop to register the socket).
     /// - Parameter makeDelegate: runs once on each loop thread; its result receives that loop's
     ///   accepted connections.
+    /// - Throws: `EngineError` when the address is in use (another process listens on it).
     public static func bind(_ address: String, on group: EventLoopGroup, backlog: Int32 = 1024,
                             makeDelegate: @escaping @Sendable (EventLoop) -> any ListenerDelegate) throws -> TCPListener {
         try bind(SocketAddress(parsing: address), on: group.loops, backlog: backlog, makeDelegate: makeDelegate)
@@ -29,66 +43,51 @@ public final class TCPListener: Sendable {
     public static func bind(_ address: SocketAddress, on loops: [EventLoop], backlog: Int32 = 1024,
                             makeDelegate: @escaping @Sendable (EventLoop) -> any ListenerDelegate) throws -> TCPListener {
         precondition(!loops.isEmpty)
-        var bound = address
-        var fds: [Int32] = []
-        if address.port != 0 { try ensurePortIsFree(address) }
+        let fd = try openListeningSocket(address, backlog: backlog)
+        let bound: SocketAddress
         do {
-            for _ in loops {
-                let fd = try openListeningSocket(bound, backlog: backlog)
-                fds.append(fd)
-                if bound.port == 0 { bound = try localAddress(fd) }
-            }
-        } catch {
-            for fd in fds { closeFD(fd) }
-            throw error
-        }
-        var sockets: [(loop: EventLoop, fd: Int32)] = []
-        for (loop, fd) in zip(loops, fds) {
-            do {
-                try loop.submitAndWait {
-                    _ = try Listener(fd: fd, loop: loop, isTCP: true, delegate: makeDelegate(loop))
-                }
-                sockets.append((loop, fd))
-            } catch {
-                // Listener's init registered nothing on failure; close what is not yet owned.
-                for (l, owned) in sockets { l.execute { (l.registered(fd: owned) as? Listener)?.close() } }
-                for unowned in fds[sockets.count...] { closeFD(unowned) }
-                throw error
-            }
-        }
-        return TCPListener(address: bound, sockets: sockets)
-    }
-
-    private static func openListeningSocket(_ address: SocketAddress, backlog: Int32) throws(SyscallError) -> Int32 {
-        let fd = try syscallBlocking("socket") {
-            socket(address.family, Int32(SOCK_STREAM.rawValue) | LinuxSyscalls.CLOEXEC | LinuxSyscalls.NONBLOCK, 0)
-        }
-        do {
-            try Socket.setFlag(fd, SOL_SOCKET, SO_REUSEADDR)
-            try Socket.setFlag(fd, SOL_SOCKET, SO_REUSEPORT)
-            _ = try syscallBlocking("bind") { address.withSockAddr { Glibc.bind(fd, $0, $1) } }
-            _ = try syscallBlocking("listen") { listen(fd, backlog) }
+            bound = try localAddress(fd)
         } catch {
             closeFD(fd)
             throw error
         }
-        return fd
+        // Every loop's listener holds the socket; the last to close it closes the descriptor.
+        let shared = SharedDescriptor(fd, holders: loops.count)
+        for (i, loop) in loops.enumerated() {
+            do {
+                try loop.submitAndWait {
+                    _ = try Listener(fd: fd, loop: loop, isTCP: true, delegate: makeDelegate(loop), shared: shared)
+                }
+            } catch {
+                // Listener's init registered nothing on failure: release for the loops without a listener, close the
+                // others' (the descriptor is closed, and the port free, when this throws).
+                for _ in i..<loops.count { shared.release() }
+                for l in loops[..<i] { _ = try? l.submitAndWait { (l.registered(fd: fd) as? Listener)?.close() } }
+                throw error
+            }
+        }
+        return TCPListener(address: bound, fd: fd, loops: loops)
     }
 
-    /// SO_REUSEPORT would let a second process of the same user bind the same port and silently take half of
-    /// the connections. A plain bind (SO_REUSEADDR only) fails with EADDRINUSE while anyone listens there, so probe
-    /// with one first and release it.
-    private static func ensurePortIsFree(_ address: SocketAddress) throws(EngineError) {
-        let fd = socket(address.family, Int32(SOCK_STREAM.rawValue) | LinuxSyscalls.CLOEXEC, 0)
-        guard fd >= 0 else { return }  // the real bind below reports what is wrong
-        var one: Int32 = 1
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-        let rc = address.withSockAddr { Glibc.bind(fd, $0, $1) }
-        let code = errno
-        closeFD(fd)
-        if rc != 0 && code == EADDRINUSE {
-            throw EngineError("address \(address) is already in use (is another hub or server running on it?)")
+    private static func openListeningSocket(_ address: SocketAddress, backlog: Int32) throws -> Int32 {
+        let fd = try syscallBlocking("socket") {
+            socket(address.family, Int32(SOCK_STREAM.rawValue) | LinuxSyscalls.CLOEXEC | LinuxSyscalls.NONBLOCK, 0)
         }
+        do {
+            // SO_REUSEADDR only (TIME_WAIT leftovers); never SO_REUSEPORT: the address must be exclusively ours.
+            try Socket.setFlag(fd, SOL_SOCKET, SO_REUSEADDR)
+            _ = try syscallBlocking("bind") { address.withSockAddr { Glibc.bind(fd, $0, $1) } }
+            // With SO_REUSEADDR two sockets may both bind an address nobody listens on yet; `listen` is where the
+            // kernel lets only one of them have it.
+            _ = try syscallBlocking("listen") { listen(fd, backlog) }
+        } catch {
+            closeFD(fd)
+            if error.code == EADDRINUSE {
+                throw EngineError("address \(address) is already in use (is another hub or server running on it?)")
+            }
+            throw error
+        }
+        return fd
     }
 
     private static func localAddress(_ fd: Int32) throws(SyscallError) -> SocketAddress {
@@ -100,18 +99,18 @@ public final class TCPListener: Sendable {
         return SocketAddress(storage: storage, length: length)
     }
 
-    /// Stops accepting on every loop and closes the sockets (established connections stay).
-    /// Call from outside the loops.
+    /// Stops accepting on every loop and closes the socket (established connections stay); the address is free
+    /// when this returns. Call from outside the loops.
     public func close() {
-        for (loop, fd) in sockets {
-            _ = try? loop.submitAndWait { (loop.registered(fd: fd) as? Listener)?.close() }
+        for loop in loops {
+            _ = try? loop.submitAndWait { [fd] in (loop.registered(fd: fd) as? Listener)?.close() }
         }
     }
 
     /// Runs `body` on the listener of `loop` (tests use it to inject accept errors).
     func withListener(on loop: EventLoop, _ body: @escaping @Sendable (Listener) -> Void) {
-        guard let fd = sockets.first(where: { $0.loop === loop })?.fd else { return }
-        _ = try? loop.submitAndWait { if let l = loop.registered(fd: fd) as? Listener { body(l) } }
+        guard loops.contains(where: { $0 === loop }) else { return }
+        _ = try? loop.submitAndWait { [fd] in if let l = loop.registered(fd: fd) as? Listener { body(l) } }
     }
 
     /// The process's descriptor limit (RLIMIT_NOFILE).
@@ -131,5 +130,20 @@ public final class TCPListener: Sendable {
             setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
         }
         return descriptorLimit()
+    }
+}
+
+/// A descriptor held by several loops' listeners: closed when the last one releases it.
+final class SharedDescriptor: Sendable {
+    let fd: Int32
+    private let holders: Atomic<Int>
+
+    init(_ fd: Int32, holders: Int) {
+        self.fd = fd
+        self.holders = Atomic(holders)
+    }
+
+    func release() {
+        if holders.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 { closeFD(fd) }
     }
 }

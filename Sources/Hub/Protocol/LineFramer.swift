@@ -4,114 +4,64 @@ import Glibc
 import Darwin
 #endif
 
-/// Splits a byte stream into lines (`\n`, a trailing `\r` stripped) across arbitrary read splits.
+/// Finds the lines of a newline-delimited stream (`\n`, a trailing `\r` stripped) one at a time, in place.
 ///
-/// A line entirely inside the current read buffer is handed out zero-copy (a view into that buffer); a line
-/// split across reads is assembled in a reusable buffer. A line longer than `maxLineBytes` (not counting its
-/// `\n` and a trailing `\r`) yields one `.tooLong` as soon as it is known to be too long; the framer then
-/// skips to the next newline without buffering the excess.
+/// Built for the engine's read contract (`ConnectionHandler.connectionReadable`): the caller scans the bytes it
+/// was handed line by line, may stop between any two lines (to apply backpressure), and returns how much it
+/// consumed; the engine keeps the rest, an incomplete last line included, and hands it back in front of the next
+/// read. So the framer itself holds no bytes, only whether it is skipping an over-long line.
 ///
-/// The views passed to the callback are valid only during the call, and the callback must not access the
-/// framer itself (it is being mutated: exclusivity). Read `maxLineBytes` before calling `feed`. If the
-/// callback throws, `feed` rethrows at once and the rest of that chunk is dropped (the caller is closing).
-/// The assembly buffer is released after a line over 64 KiB, so a burst of big lines does not pin memory.
+/// A line longer than `maxLineBytes` (not counting its `\n` and a trailing `\r`) is reported once, as soon as it
+/// is known to be too long, even before its newline arrives; the rest of it is then skipped as it arrives, without
+/// being buffered.
 public struct LineFramer: Sendable {
-    public enum Line {
-        case line(UnsafeRawBufferPointer)
-        case tooLong
+    public enum Next: Equatable, Sendable {
+        /// A complete line at `range` (without its terminator); the next one starts at `next`.
+        case line(Range<Int>, next: Int)
+        /// A line over the limit; scanning goes on at `next` (the end of the buffer when its newline has not
+        /// arrived yet: the framer then skips the rest of it in later reads).
+        case tooLong(next: Int)
+        /// No complete line from `keep` on: consume up to `keep` and keep the rest for the next read.
+        case incomplete(keep: Int)
     }
 
     public let maxLineBytes: Int
-    /// The start of a line carried over from earlier reads.
-    var pending: [UInt8] = []
-    /// Skipping an over-long line up to its newline.
-    var discarding = false
+    /// Skipping the rest of an over-long line, up to its newline.
+    public private(set) var discarding = false
 
     public init(maxLineBytes: Int = 1 << 20) {
         precondition(maxLineBytes > 0)
         self.maxLineBytes = maxLineBytes
     }
 
-    /// Whether bytes of an unfinished line are held (or being skipped).
-    public var hasPartialLine: Bool { !pending.isEmpty || discarding }
-
-    /// Feeds one read's bytes; calls `body` for each complete line, in order.
-    public mutating func feed<E: Error>(_ chunk: UnsafeRawBufferPointer,
-                                        _ body: (Line) throws(E) -> Void) throws(E) {
-        var start = 0
-        let n = chunk.count
-        guard n > 0, let base = chunk.baseAddress else { return }
-        while start < n {
-            let nl = memchrNewline(base + start, n - start).map { start + $0 }
-            guard let nl else {
-                // No newline in the rest of the chunk: carry it over, or skip it.
-                if !discarding {
-                    let rest = UnsafeRawBufferPointer(rebasing: chunk[start..<n])
-                    if overLimit(pending.count + rest.count, last: chunk[n - 1]) {
-                        pending.removeAll(keepingCapacity: true)
-                        discarding = true
-                        try body(.tooLong)
-                    } else {
-                        pending.append(contentsOf: rest)
-                    }
-                }
-                return
-            }
-            if discarding {
-                discarding = false
-            } else if pending.isEmpty {
-                var end = nl
-                if end > start && chunk[end - 1] == 0x0D { end -= 1 }
-                if end - start > maxLineBytes {
-                    try body(.tooLong)
-                } else {
-                    try body(.line(UnsafeRawBufferPointer(rebasing: chunk[start..<end])))
-                }
-            } else {
-                let total = pending.count + (nl - start)
-                if total > maxLineBytes + 1 {
-                    pending.removeAll(keepingCapacity: true)
-                    try body(.tooLong)
-                } else {
-                    pending.append(contentsOf: UnsafeRawBufferPointer(rebasing: chunk[start..<nl]))
-                    if pending.last == 0x0D { pending.removeLast() }
-                    if pending.count > maxLineBytes {
-                        pending.removeAll(keepingCapacity: true)
-                        try body(.tooLong)
-                    } else {
-                        var error: E?
-                        pending.withUnsafeBytes { buf in
-                            do throws(E) { try body(.line(buf)) } catch let e { error = e }
-                        }
-                        releasePending()
-                        if let error { throw error }
-                    }
-                }
-            }
-            start = nl + 1
+    /// The next line of `buffer` at or after `start`.
+    public mutating func next(in buffer: UnsafeRawBufferPointer, from start: Int) -> Next {
+        let count = buffer.count
+        var from = start
+        guard from < count, let base = buffer.baseAddress else { return .incomplete(keep: max(from, 0)) }
+        if discarding {
+            guard let skip = memchrNewline(base + from, count - from) else { return .incomplete(keep: count) }
+            discarding = false
+            from += skip + 1
+            if from == count { return .incomplete(keep: count) }
         }
-    }
-
-    /// At end of stream: hands out a final line that had no newline (if any, and not over-long), then resets.
-    public mutating func finish<E: Error>(_ body: (Line) throws(E) -> Void) throws(E) {
-        defer { pending.removeAll(keepingCapacity: true); discarding = false }
-        guard !discarding, !pending.isEmpty else { return }
-        if pending.last == 0x0D { pending.removeLast() }
-        if pending.isEmpty { return }
-        var error: E?
-        pending.withUnsafeBytes { buf in
-            do throws(E) { try body(.line(buf)) } catch let e { error = e }
+        guard let offset = memchrNewline(base + from, count - from) else {
+            if overLimit(count - from, last: buffer[count - 1]) {
+                discarding = true
+                return .tooLong(next: count)
+            }
+            return .incomplete(keep: from)
         }
-        if let error { throw error }
+        let newline = from + offset
+        var end = newline
+        if end > from && buffer[end - 1] == 0x0D { end -= 1 }
+        if end - from > maxLineBytes { return .tooLong(next: newline + 1) }
+        return .line(from..<end, next: newline + 1)
     }
 
-    mutating func releasePending() {
-        if pending.capacity > 64 << 10 { pending = [] } else { pending.removeAll(keepingCapacity: true) }
-    }
-
-    /// Whether `count` buffered bytes of an unfinished line already exceed the limit (a final `\r` may still be
-    /// stripped, so one extra byte is allowed when it is `\r`).
-    func overLimit(_ count: Int, last: UInt8?) -> Bool {
+    /// Whether `count` bytes of an unfinished line already exceed the limit (a final `\r` may still be stripped,
+    /// so one extra byte is allowed when it is `\r`).
+    func overLimit(_ count: Int, last: UInt8) -> Bool {
         count > maxLineBytes + 1 || (count == maxLineBytes + 1 && last != 0x0D)
     }
 }

@@ -226,17 +226,21 @@ final class HubCore: Sendable {
     }
 
     func connectionsJSON(account: AccountID?, channel: Int?, limit: Int, id: RawJSON?, _ done: @escaping @Sendable ([UInt8]) -> Void) {
-        gather({ context in
-            context.clients.values.filter { c in
+        gather({ context -> (matching: Int, oldest: [ConnectionInfo]) in
+            let matching = context.clients.values.filter { c in
                 c.phase == .webSocket && (account == nil || c.account == account) && (channel == nil || c.channels.contains(channel!))
-            }.map { ConnectionInfo($0) }
+            }
+            // Only a loop's `limit` oldest can be among the `limit` oldest of all: copy no more than those.
+            let oldest = matching.sorted { $0.connectedAt < $1.connectedAt }.prefix(limit).map { ConnectionInfo($0) }
+            return (matching.count, oldest)
         }) { [self] perLoop in
-            let all = perLoop.joined().sorted { $0.connectedAt < $1.connectedAt }
+            let total = perLoop.reduce(0) { $0 + $1.matching }
+            let listed = perLoop.flatMap(\.oldest).sorted { $0.connectedAt < $1.connectedAt }.prefix(limit)
             var w = JSONWriter(capacity: 4096)
             SocketReplies.beginOK(into: &w)
-            w.field("total", all.count)
+            w.field("total", total)
             w.key("connections"); w.beginArray()
-            for c in all.prefix(limit) {
+            for c in listed {
                 w.beginObject()
                 w.field("id", c.id)
                 w.field("account", c.account.string)

@@ -6,8 +6,9 @@ import WSProtocol
 /// The hub: event loops, the client listener, the Unix socket, and their lifecycle.
 ///
 /// Threads: one event loop per core (`--threads`). Each accepted client belongs to the loop that accepted it
-/// (SO_REUSEPORT spreads accepts) for its whole life. Every Unix-socket connection lives on loop 0, which also
-/// keeps the publish ledger and the tails. The main thread only takes signals (HubSignals.swift).
+/// (the loops share one listening socket and take turns accepting; see `TCPListener`) for its whole life. Every
+/// Unix-socket connection lives on loop 0, which also keeps the publish ledger and the tails. The main thread only
+/// takes signals (HubSignals.swift).
 public final class HubServer: Sendable {
     let core: HubCore
     private let group: EventLoopGroup
@@ -198,7 +199,10 @@ final class SocketAcceptor: ListenerDelegate {
     func accepted(fd: Int32, peer: String, on loop: EventLoop) {
         let handler = SocketConnection(context: context)
         do {
-            handler.connection = try Connection(adopting: fd, on: loop, peer: peer, handler: handler, maxQueuedBytes: 256 << 20)
+            // The connection bounds what it owes its peer itself (`SocketConnection.maxOwedBytes`); the queue holds
+            // at most this much of it.
+            handler.connection = try Connection(adopting: fd, on: loop, peer: peer, handler: handler,
+                                                maxQueuedBytes: SocketConnection.maxQueuedBytes)
         } catch {
             return
         }

@@ -3,79 +3,111 @@ import WSProtocol
 
 /// One connection on the Unix socket: the backend publishing, or `hubctl`.
 ///
-/// Newline-delimited requests, one reply line each, in request order, pipelining allowed. Lines are parsed in
-/// place in the read buffer (an incomplete last line is left to the engine, which hands it back in front of the
-/// next read). The publishes of one read go to the broker as one batch. Replies wait in a FIFO of slots so a
-/// fast reply never overtakes a slower one before it.
+/// Newline-delimited requests, one reply line each, in request order, pipelining allowed. Lines are found in
+/// place in the read buffer by `LineFramer` (an incomplete last line is left to the engine, which hands it back
+/// in front of the next read). The publishes of one read go to the broker as one batch. Replies wait in a FIFO
+/// of slots so a fast reply never overtakes a slower one before it.
+///
+/// Memory is bounded per connection, whatever the peer sends and however little it reads: before each line the
+/// connection checks what it already owes the peer (`owedBytes`: replies queued on the socket, replies waiting
+/// their turn, and an estimate for replies still being produced, i.e. publishes in fan-out and admin views being
+/// gathered from every loop) and how many admin views are being gathered. Over either bound it stops there: the
+/// rest of the read stays with the engine, reading pauses, and the peer's further requests wait in the kernel
+/// until replies drain. A reply larger than the room in the outbound queue goes out in pieces as the peer reads.
 ///
 /// All socket connections live on loop 0 (see `HubServer`), which also owns the publish ledger and the tails.
 final class SocketConnection: ConnectionHandler {
     /// One reply, possibly not known yet.
     final class Slot {
+        /// The reply line; released once it is entirely in the outbound queue.
         var bytes: [UInt8]?
-        init(_ bytes: [UInt8]? = nil) { self.bytes = bytes }
+        /// Bytes of `bytes` already in the outbound queue.
+        var sent = 0
+        /// What the slot counts in `heldBytes`: an estimate while the reply is being produced, then the bytes
+        /// of it not yet in the outbound queue.
+        var weight: Int
+        init(_ bytes: [UInt8]) {
+            self.bytes = bytes
+            weight = bytes.count
+        }
+        init(estimate: Int) {
+            weight = max(estimate, SocketConnection.minimumWeight)
+        }
     }
 
     let context: LoopContext
     var connection: Connection!
+    private var framer: LineFramer
     private var slots: [Slot] = []
     private var slotHead = 0
+    /// The sum of the weights of the unwritten slots.
+    private var heldBytes = 0
+    /// Admin requests being gathered from the loops.
+    private var gathering = 0
     private var drafts: [EventDraft] = []
     private var draftSlots: [(slot: Slot, id: RawJSON?)] = []
-    private var skippingLongLine = false
     private(set) var tail: (channel: Int, account: AccountID?)?
     /// The tail starts receiving events only once every reply before it, and its own `tailing` reply, is written:
     /// events must not overtake earlier replies, and publishes sent before the tail request are not tailed.
     private var tailAwaitingStart = false
     private var paused = false
 
-    /// Past this many unanswered requests or queued reply bytes, stop reading until the client catches up.
-    static let maxPendingReplies = 65_536
-    static let maxQueuedReplyBytes = 1 << 20
+    /// Take no further request while this many reply bytes are owed (queued, waiting or being produced); read
+    /// again below half of it.
+    static let maxOwedBytes = 1 << 20
+    /// Admin views being gathered from every loop at once, per connection.
+    static let maxGathering = 4
+    /// The outbound queue cap of a socket connection: replies move from their slots into the queue up to it, and
+    /// a tail that has more than this queued cannot keep up and is closed.
+    static let maxQueuedBytes = 1 << 20
+    /// The least a pending request counts (the slot, its bookkeeping and a short reply).
+    static let minimumWeight = 64
 
     init(context: LoopContext) {
         self.context = context
+        framer = LineFramer(maxLineBytes: context.hub.configuration.maxLineBytes)
     }
 
     var hub: HubCore { context.hub }
-    private var pendingCount: Int { slots.count - slotHead }
+
+    /// Reply bytes owed to the peer: queued on the socket, waiting in the FIFO, or estimated for replies being
+    /// produced.
+    private var owedBytes: Int { heldBytes + (connection?.queuedBytes ?? 0) }
+    private var mustWait: Bool { owedBytes >= Self.maxOwedBytes || gathering >= Self.maxGathering }
+    private var mayResume: Bool { owedBytes <= Self.maxOwedBytes / 2 && gathering < Self.maxGathering }
 
     // MARK: ConnectionHandler
 
     func connectionReadable(_ connection: Connection, _ bytes: UnsafeMutableRawBufferPointer) -> Int {
         guard tail == nil else { return bytes.count }  // a tailing connection accepts no further requests
-        let base = bytes.baseAddress!
-        let count = bytes.count
+        let buffer = UnsafeRawBufferPointer(bytes)
         var start = 0
-        while start < count, let found = memchr(base + start, 0x0A, count - start) {
-            let newline = base.distance(to: found)
-            var end = newline
-            if end > start && base.load(fromByteOffset: end - 1, as: UInt8.self) == 0x0D { end -= 1 }
-            if skippingLongLine {
-                skippingLongLine = false
-            } else if end - start > hub.configuration.maxLineBytes {
-                replyError(.lineTooLong, "line of \(end - start) bytes exceeds the limit of \(hub.configuration.maxLineBytes)", id: nil)
-            } else {
-                handleLine(UnsafeRawBufferPointer(start: base + start, count: end - start))
+        scan: while tail == nil {
+            if mustWait {
+                // The bound is checked per line: what is left stays with the engine (and the kernel).
+                pause()
+                break
             }
-            start = newline + 1
-            if tail != nil { start = count; break }
-        }
-        if count - start > hub.configuration.maxLineBytes {
-            // No newline in sight and already too long: answer now and drop the rest of this line as it arrives.
-            if !skippingLongLine {
-                replyError(.lineTooLong, "line exceeds the limit of \(hub.configuration.maxLineBytes) bytes", id: nil)
-                skippingLongLine = true
+            switch framer.next(in: buffer, from: start) {
+            case .line(let range, let next):
+                handleLine(UnsafeRawBufferPointer(rebasing: buffer[range]))
+                start = next
+            case .tooLong(let next):
+                append(Slot(replyLine { SocketReplies.lineTooLong(maxLineBytes: framer.maxLineBytes, into: &$0) }))
+                start = next
+            case .incomplete(let keep):
+                start = keep
+                break scan
             }
-            start = count
         }
+        if tail != nil { start = buffer.count }
         submitDrafts()
         flushReplies()
         return start
     }
 
     func connectionWritable(_ connection: Connection) {
-        resumeIfCaughtUp()
+        flushReplies()
     }
 
     func connectionClosed(_ connection: Connection, reason: CloseReason) {
@@ -99,35 +131,32 @@ final class SocketConnection: ConnectionHandler {
         case .publish(let request):
             publish(request, line: line, id: id)
         case .stats:
-            pending { hub, done in hub.statsJSON(id: id, done) }
+            pending(estimate: 2048 + 64 * hub.contexts.count) { hub, done in hub.statsJSON(id: id, done) }
         case .channels:
-            pending { hub, done in hub.channelsJSON(id: id, done) }
+            pending(estimate: 64 + 192 * hub.channelNames.count) { hub, done in hub.channelsJSON(id: id, done) }
         case .channel(let name, let account):
             guard let index = hub.channelIndex[name] else { return replyUnknownChannel(name, id: id) }
-            pending { hub, done in hub.channelJSON(index, account: account, id: id, done) }
+            pending(estimate: 4096) { hub, done in hub.channelJSON(index, account: account, id: id, done) }
         case .connections(let account, let channel, let limit):
             var channelIndex: Int? = nil
             if let channel {
                 guard let index = hub.channelIndex[channel] else { return replyUnknownChannel(channel, id: id) }
                 channelIndex = index
             }
-            pending { hub, done in hub.connectionsJSON(account: account, channel: channelIndex, limit: limit, id: id, done) }
+            // About 250 bytes per listed connection.
+            pending(estimate: 64 + 320 * min(limit, hub.clientCount)) { hub, done in
+                hub.connectionsJSON(account: account, channel: channelIndex, limit: limit, id: id, done)
+            }
         case .disconnect(let target, let code, let reason):
-            let slot = Slot()
-            append(slot)
-            let loop = context.loop
-            let me = LoopBound(self)
-            let box = LoopOwned(slot)
-            hub.disconnect(target, code: code, reason: reason) { count in
-                loop.execute {
+            pending(estimate: Self.minimumWeight) { hub, done in
+                hub.disconnect(target, code: code, reason: reason) { count in
                     if count == 0, case .connection(let cid) = target {
-                        box.value.bytes = replyLine {
+                        done(replyLine {
                             SocketReplies.error(SocketRequestError(.notFound, "no connection with id \"\(cid)\"", id: id), into: &$0)
-                        }
+                        })
                     } else {
-                        box.value.bytes = replyLine { SocketReplies.disconnected(count, id: id, into: &$0) }
+                        done(replyLine { SocketReplies.disconnected(count, id: id, into: &$0) })
                     }
-                    me.value?.flushReplies()
                 }
             }
         case .tail(let channel, let account):
@@ -154,7 +183,8 @@ final class SocketConnection: ConnectionHandler {
         case .account(let a): account = a
         case .broadcast: account = nil
         }
-        let slot = Slot()
+        // Until its reply comes back, a publish counts its line: the event is in fan-out meanwhile.
+        let slot = Slot(estimate: line.count)
         append(slot)
         drafts.append(EventDraft(channel: channel, account: account, type: request.type, data: request.dataBytes(in: line)))
         draftSlots.append((slot, id))
@@ -175,7 +205,8 @@ final class SocketConnection: ConnectionHandler {
                 for (i, entry) in waiting.value.enumerated() {
                     w.reset()
                     SocketReplies.published(seq: events[i].seq, delivered: delivered[i], id: entry.id, into: &w)
-                    entry.slot.bytes = w.takeBytes()
+                    let bytes = w.takeBytes()
+                    if let me = me.value { me.fill(entry.slot, bytes) }
                 }
                 me.value?.flushReplies()
             }
@@ -184,17 +215,21 @@ final class SocketConnection: ConnectionHandler {
         draftSlots.removeAll(keepingCapacity: true)
     }
 
-    /// A reply another part of the hub produces later (admin views gathered from every loop).
-    private func pending(_ start: (HubCore, @escaping @Sendable ([UInt8]) -> Void) -> Void) {
-        let slot = Slot()
+    /// A reply another part of the hub produces later (admin views gathered from every loop), counted as
+    /// `estimate` bytes until it is known.
+    private func pending(estimate: Int, _ start: (HubCore, @escaping @Sendable ([UInt8]) -> Void) -> Void) {
+        let slot = Slot(estimate: estimate)
         append(slot)
+        gathering += 1
         let loop = context.loop
         let me = LoopBound(self)
         let box = LoopOwned(slot)
         start(hub) { line in
             loop.execute {
-                box.value.bytes = line
-                me.value?.flushReplies()
+                guard let me = me.value else { return }
+                me.gathering -= 1
+                me.fill(box.value, line)
+                me.flushReplies()
             }
         }
     }
@@ -211,14 +246,65 @@ final class SocketConnection: ConnectionHandler {
 
     private func append(_ slot: Slot) {
         slots.append(slot)
+        heldBytes += slot.weight
     }
 
-    /// Writes every reply at the head of the FIFO that is known, in one write.
+    /// The reply of a pending slot is known: it now counts its real size.
+    private func fill(_ slot: Slot, _ bytes: [UInt8]) {
+        heldBytes += bytes.count - slot.weight
+        slot.weight = bytes.count
+        slot.bytes = bytes
+    }
+
+    /// Moves the known replies at the head of the FIFO into the outbound queue (up to its cap), then pauses or
+    /// resumes reading.
     func flushReplies() {
-        guard let connection else { return }
+        guard let connection, connection.isOpen else { return }
+        while true {
+            moveKnownReplies(to: connection)
+            // Waiting for the queue to drain (a reply that did not fit, or reading paused): flush now, so that the
+            // queue either drains here (go on) or pushes back, and then `connectionWritable` calls back once it
+            // has drained (the engine does after every push-back, however the queue drains).
+            let blocked = slotHead < slots.count && slots[slotHead].bytes != nil
+            guard blocked || paused || mustWait, connection.queuedBytes > 0 else { break }
+            connection.flush()
+            guard connection.isOpen, connection.queuedBytes == 0 else { break }
+        }
+        guard connection.isOpen else { return }
+        if tailAwaitingStart && slotHead == slots.count {
+            // Every earlier publish has completed (and was recorded without this tail): start tailing.
+            tailAwaitingStart = false
+            context.ledger?.addTail(self)
+        }
+        if paused {
+            if mayResume {
+                paused = false
+                connection.resumeReading()  // the engine hands back what this connection left unread
+            }
+        } else if mustWait {
+            pause()
+        }
+    }
+
+    /// The known replies at the head of the FIFO, as far as the queue has room, in one write; a reply larger
+    /// than the room goes in pieces.
+    private func moveKnownReplies(to connection: Connection) {
+        var room = Self.maxQueuedBytes - connection.queuedBytes
         var out: [UInt8] = []
-        while slotHead < slots.count, let bytes = slots[slotHead].bytes {
-            out.append(contentsOf: bytes)
+        while room > 0, slotHead < slots.count, let bytes = slots[slotHead].bytes {
+            let slot = slots[slotHead]
+            let n = min(room, bytes.count - slot.sent)
+            if slot.sent == 0 && n == bytes.count && out.isEmpty && slotHead + 1 == slots.count {
+                out = bytes  // the common single reply: no copy into `out`
+            } else {
+                out.append(contentsOf: bytes[slot.sent..<(slot.sent + n)])
+            }
+            slot.sent += n
+            slot.weight -= n
+            heldBytes -= n
+            room -= n
+            guard slot.sent == bytes.count else { break }  // the rest once the queue has drained
+            slot.bytes = nil
             slotHead += 1
         }
         if slotHead > 1024 && slotHead * 2 > slots.count {
@@ -226,35 +312,21 @@ final class SocketConnection: ConnectionHandler {
             slotHead = 0
         }
         if !out.isEmpty { _ = out.withUnsafeBytes { connection.write(copying: $0) } }
-        if tailAwaitingStart && slotHead == slots.count {
-            // Every earlier publish has completed (and was recorded without this tail): start tailing.
-            tailAwaitingStart = false
-            context.ledger?.addTail(self)
-        }
-        if !paused && (pendingCount > Self.maxPendingReplies || connection.queuedBytes > Self.maxQueuedReplyBytes) {
-            paused = true
-            connection.pauseReading()
-        } else {
-            resumeIfCaughtUp()
-        }
     }
 
-    private func resumeIfCaughtUp() {
-        guard paused, let connection, pendingCount <= Self.maxPendingReplies / 2,
-              connection.queuedBytes <= Self.maxQueuedReplyBytes / 2 else { return }
-        paused = false
-        connection.resumeReading()
+    private func pause() {
+        guard !paused, let connection else { return }
+        paused = true
+        connection.pauseReading()
     }
 
     // MARK: Tail
 
-    /// Writes one tail line; a tail that cannot keep up is closed.
+    /// Writes one tail line; a tail that cannot keep up (its queue over `maxQueuedBytes`) is closed.
     func sendTailLine(_ line: [UInt8]) {
         guard let connection else { return }
-        if connection.queuedBytes > Self.maxQueuedReplyBytes {
+        if line.withUnsafeBytes({ connection.write(copying: $0) }) == .overCap {
             connection.close(.abort)
-            return
         }
-        _ = line.withUnsafeBytes { connection.write(copying: $0) }
     }
 }
