@@ -189,7 +189,7 @@ import Testing
     /// A reply larger than a socket connection's outbound queue (1 MiB) goes out in pieces as the peer reads, whole
     /// and in order with the replies around it.
     @Test func aReplyLargerThanTheOutboundQueueArrivesWhole() throws {
-        let hub = try HubProcess()
+        let hub = try HubProcess(["--max-connections-per-account", "1000"])
         // 600 connections of an account with a 4000-byte id: a `connections` reply of about 2.6 MB.
         let account = "a" + String(repeating: "x", count: 4000)
         let clients = try (0..<600).map { _ in try hub.client(account) }
