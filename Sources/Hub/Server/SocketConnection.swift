@@ -201,14 +201,14 @@ final class SocketConnection: ConnectionHandler {
             loop.execute {
                 // The ledger counts the batch even when its publisher has gone away meanwhile.
                 context.value?.ledger?.record(events, delivered: delivered)
+                guard let me = me.value else { return }
                 var w = JSONWriter(capacity: 48)
                 for (i, entry) in waiting.value.enumerated() {
                     w.reset()
                     SocketReplies.published(seq: events[i].seq, delivered: delivered[i], id: entry.id, into: &w)
-                    let bytes = w.takeBytes()
-                    if let me = me.value { me.fill(entry.slot, bytes) }
+                    me.fill(entry.slot, w.takeBytes())
                 }
-                me.value?.flushReplies()
+                me.flushReplies()
             }
         }
         drafts.removeAll(keepingCapacity: true)
