@@ -886,10 +886,11 @@ class Soak:
         workers = [asyncio.create_task(self.churn_worker(i)) for i in range(args.churn)]
         workers += [asyncio.create_task(self.slow_worker(i)) for i in range(args.slow)]
         workers += [asyncio.create_task(self.bad_frame_worker(i)) for i in range(args.bad_frames)]
-        workers.append(asyncio.create_task(self.bad_line_worker()))
+        if args.bad_lines:
+            workers.append(asyncio.create_task(self.bad_line_worker()))
         self.log(f"load started for {args.duration:.0f}s: {args.rate}/s publishes over {args.publishers} "
                  f"publishers, {len(plan)} stable subscribers, {args.churn} churn workers, {args.slow} slow "
-                 f"consumers, {args.bad_frames} bad-frame workers, 1 bad-line worker")
+                 f"consumers, {args.bad_frames} bad-frame workers, {1 if args.bad_lines else 0} bad-line worker")
         if args.inject == "kill-hub":
             try:
                 await asyncio.wait_for(self.stop_load.wait(), args.duration / 2)
@@ -1042,6 +1043,7 @@ def main():
     ap.add_argument("--churn", type=int, default=6, help="churn workers")
     ap.add_argument("--slow", type=int, default=2, help="slow-consumer workers (each with its own account)")
     ap.add_argument("--bad-frames", type=int, default=2, help="bad-frame workers")
+    ap.add_argument("--bad-lines", type=int, choices=[0, 1], default=1, help="run the bad-socket-line worker")
     ap.add_argument("--bulk-rate", type=float, default=60.0, help="bulk events/s to a stalled slow consumer's account")
     ap.add_argument("--bulk-bytes", type=int, default=16000)
     ap.add_argument("--stall-limit", type=float, default=9.0,
