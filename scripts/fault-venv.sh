@@ -34,5 +34,6 @@ fault_venv() {
             "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$FAULT_WEBSOCKETS_PIN" < /dev/null >&2 || return 1
         fi
     fi
+    # shellcheck disable=SC2034 # used by the scripts that source this file
     FAULT_PY="$venv/bin/python"
 }

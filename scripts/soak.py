@@ -45,7 +45,6 @@ from faultlib import (HubProcess, RawWS, RawError, SocketClient, close_payload, 
                       make_secret, parse_duration, percentile, proc_cpu_seconds, proc_fd_count,
                       proc_rss_kib)
 
-import websockets  # noqa: E402
 from websockets.asyncio.client import connect  # noqa: E402
 from websockets.exceptions import ConnectionClosed  # noqa: E402
 
