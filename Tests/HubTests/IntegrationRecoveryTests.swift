@@ -295,6 +295,37 @@ import Testing
         }
         return kb << 10
     }
+
+    // MARK: Operators
+
+    @Test func hubctlHistoryAndStatusShowTheRetainedEvents() throws {
+        let hub = try HubProcess()
+        for i in 1...3 { _ = try hub.publish(channel: "wallet_updates", account: "acc_1", type: "balance_\(i)", data: "{}") }
+        _ = try hub.publish(channel: "wallet_updates", account: nil, type: "news")
+        let run = try LiveHub.hubctl(["--socket", hub.socketPath, "--no-color", "history", "wallet_updates", "--account", "acc_1", "--since", "1"])
+        #expect(run.status == 0, "\(run.summary)")
+        let lines = run.stdout.split(separator: "\n").map(String.init)
+        #expect(lines.first?.hasPrefix("history wallet_updates account acc_1  epoch ") == true && lines.first?.hasSuffix("last seq 3") == true, "\(run.stdout)")
+        #expect(lines.dropFirst().first?.split(separator: " ", omittingEmptySubsequences: true) == ["SEQ", "TYPE", "AGE", "SIZE"], "\(run.stdout)")
+        #expect(lines.count == 4 && lines[2].contains("balance_2") && lines[3].contains("balance_3") && lines[3].contains(" B"), "\(run.stdout)")
+        let json = try LiveHub.hubctl(["--socket", hub.socketPath, "--json", "history", "wallet_updates", "--broadcast"])
+        let history = try parseObject(json.stdout)["history"] as? [String: Any] ?? [:]
+        #expect(history["broadcast"] as? Bool == true && history["seq"] as? Int == 1 && (history["events"] as? [Any])?.count == 1, "\(json.summary)")
+        let usage = try LiveHub.hubctl(["--socket", hub.socketPath, "history", "wallet_updates"])
+        #expect(usage.status == 2 && usage.stderr.contains("exactly one of --account A or --broadcast"), "\(usage.summary)")
+        let unknown = try LiveHub.hubctl(["--socket", hub.socketPath, "history", "wallet_updates", "--account", "nobody"])
+        #expect(unknown.status == 0 && unknown.stdout.contains("no such stream"), "\(unknown.summary)")
+
+        let status = try LiveHub.hubctl(["--socket", hub.socketPath, "--no-color", "status"])
+        let epoch = history["epoch"] as? String ?? "?"
+        #expect(status.stdout.contains("epoch          \(epoch.split(separator: ".")[0])"), "\(status.stdout)")
+        #expect(status.stdout.contains("history        4 events in 2 streams"), "\(status.stdout)")
+        let metrics = try rawHTTP(port: hub.port, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").body
+        for name in ["hub_recoveries_total{outcome=\"too_old\"} 0", "hub_replayed_events_total 0", "hub_history_events 4",
+                     "hub_idempotent_duplicates_total 0", "hub_history_evictions_total 0"] {
+            #expect(metrics.contains(name + "\n"), "\(name)")
+        }
+    }
 }
 
 /// A blocking connection to a Unix socket.
