@@ -20,7 +20,7 @@ let package = Package(
         .systemLibrary(name: "CZlib", path: "Sources/CZlib", providers: [.apt(["zlib1g-dev"])]),
         .systemLibrary(name: "COpenSSL", path: "Sources/COpenSSL", providers: [.apt(["libssl-dev"])]),
         .target(name: "WSProtocol", dependencies: ["CZlib", "COpenSSL"], swiftSettings: strictSettings),
-        .target(name: "Hub", dependencies: ["WSProtocol", "COpenSSL"], swiftSettings: strictSettings),
+        .target(name: "Hub", dependencies: ["WSProtocol", "COpenSSL", "CZlib"], swiftSettings: strictSettings),
         .executableTarget(name: "HubServer", dependencies: ["Hub"], swiftSettings: strictSettings),
         .executableTarget(name: "hubctl", dependencies: ["Hub"], swiftSettings: strictSettings),
         .testTarget(name: "WSProtocolTests", dependencies: ["WSProtocol"],

@@ -25,6 +25,8 @@ enum Arguments {
                 help: PublishCommand.help, run: PublishCommand.run),
         Command(spec: TailCommand.spec, summary: "stream a channel's events", help: TailCommand.help,
                 run: TailCommand.run),
+        Command(spec: HistoryCommand.spec, summary: "one stream's retained events (what a resuming client gets)",
+                help: HistoryCommand.help, run: HistoryCommand.run),
         Command(spec: DisconnectCommand.spec, summary: "close a connection or all of an account's",
                 help: DisconnectCommand.help, run: DisconnectCommand.run),
         Command(spec: TokenCommand.spec, summary: "mint an HS256 test token (no hub needed)",

@@ -2,15 +2,18 @@ import Foundation
 import Hub
 
 enum PublishCommand {
-    static let spec = CommandSpec("publish", valueFlags: ["account", "type", "data-file"], boolFlags: ["broadcast"],
+    static let spec = CommandSpec("publish", valueFlags: ["account", "type", "data-file", "idempotency-key"], boolFlags: ["broadcast"],
                                   positionals: ["CHANNEL", "DATA"], optionalPositionals: 1)
     static let help = """
-        usage: hubctl publish CHANNEL (--account A | --broadcast) --type T [DATA | --data-file F | -] [--json]
+        usage: hubctl publish CHANNEL (--account A | --broadcast) --type T [DATA | --data-file F | -]
+                              [--idempotency-key K] [--json]
 
         Publish one event. DATA is JSON text (any value; omitted means null), given inline, read from a file
         with --data-file, or from stdin with -. It is checked locally first and then sent as typed, byte for
         byte: only surrounding whitespace is trimmed and line breaks between tokens become spaces, because a
         request is one line. Prints the event's sequence number and how many connections it was handed to.
+        With --idempotency-key, a repeat of the same key on the same stream within the hub's window is not
+        delivered again: the hub answers with the first publish's seq, marked as a duplicate.
 
         examples:
           hubctl publish wallet_updates --account acc_1 --type wallet_balance_changed '{"balance":"1.5"}'
@@ -35,6 +38,7 @@ enum PublishCommand {
         if broadcast { request.add("broadcast", raw: "true") }
         request.add("type", string: type)
         if let data { request.add("data", raw: String(decoding: data, as: UTF8.self)) }
+        request.add("idempotencyKey", string: context.value("idempotency-key"))
 
         let session = try context.connect()
         let reply = try session.call(request.text, context: context)
@@ -42,6 +46,10 @@ enum PublishCommand {
             throw .unexpected("publish reply without integer \"seq\" and \"delivered\": \(HubSession.snippet(reply.raw))")
         }
         if context.json { writeStdout(bytes: reply.raw); return }
+        if reply.json["duplicate"].bool == true {
+            print("duplicate of seq \(seq) (delivered to \(delivered) connection\(delivered == 1 ? "" : "s") then): not delivered again")
+            return
+        }
         print("published seq \(seq), delivered to \(delivered) connection\(delivered == 1 ? "" : "s")")
         if delivered == 0 {
             let hint = account.map { "no subscribed connection for \(TerminalText.escape($0)): fall back to push" }

@@ -6,7 +6,8 @@ enum StatusCommand {
         usage: hubctl status [--json]
 
         Show the hub's health: version, uptime, threads and their load, connections, subscriptions, message and
-        byte rates, publishes, drops, auth failures by reason, file descriptors.
+        byte rates, publishes, drops, auth failures by reason, file descriptors, and recovery: the epoch, history
+        memory, evictions, resumes by outcome, idempotent duplicates.
 
         examples:
           hubctl status
@@ -20,6 +21,25 @@ enum StatusCommand {
         let stats = reply.json["stats"]
         guard stats.object != nil else { throw .unexpected("\"stats\" is missing or not an object") }
         print(render(stats, style: context.style).joined(separator: "\n"))
+    }
+
+    /// The epoch, history memory and evictions, resumes by outcome (absent from hubs without recovery).
+    static func historyLines(_ h: JSON) -> [(String, String)] {
+        guard h.object != nil else { return [] }
+        var memory = "\(Units.bytes(h["bytes"].int)) / \(Units.bytes(h["limitBytes"].int))"
+        if let bytes = h["bytes"].int, let limit = h["limitBytes"].int, limit > 0 {
+            memory += " (\(Units.percent(Double(bytes) / Double(limit))))"
+        }
+        let r = h["recoveries"]
+        return [
+            ("epoch", h["epoch"].string ?? "-"),
+            ("history", "\(Units.count(h["events"].int)) events in \(Units.count(h["streams"].int)) streams, \(memory)"
+                + ", evictions \(Units.count(h["evictions"].int)), expired \(Units.count(h["expirations"].int))"),
+            ("resumes", "recovered \(Units.count(r["recovered"].int)), epoch_changed \(Units.count(r["epoch_changed"].int))"
+                + ", too_old \(Units.count(r["too_old"].int)), too_many \(Units.count(r["too_many"].int))"
+                + "; replayed \(Units.count(h["replayedEvents"].int)) events"),
+            ("idempotency", "\(Units.count(h["idempotencyKeys"].int)) keys, \(Units.count(h["duplicates"].int)) duplicates"),
+        ]
     }
 
     static func render(_ stats: JSON, style: Style) -> [String] {
@@ -65,7 +85,7 @@ enum StatusCommand {
                 + ", rejected connections \(Units.count(d["rejectedConnections"].int))"),
             ("auth failures", failures.isEmpty ? "none" : failures.joined(separator: ", ")),
             ("descriptors", descriptors),
-        ], style: style)
+        ] + historyLines(stats["history"]), style: style)
 
         if let threads = stats["threads"].array, !threads.isEmpty {
             lines.append("")

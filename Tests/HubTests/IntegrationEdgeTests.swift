@@ -100,11 +100,11 @@ import WSProtocol
         #expect(try hub.publish(channel: "c", account: "acc_1")["delivered"] as? Int == 0)
         // Re-subscribing to what it has is fine; after an unsubscribe there is room.
         try ws.send(text: #"{"type":"subscribe","channels":["a","b"]}"#)
-        #expect(try ws.nextText() == #"{"type":"subscribed","channels":["a","b"]}"#)
+        #expect(withoutPositions(try ws.nextText()) == #"{"type":"subscribed","channels":["a","b"]}"#)
         try ws.send(text: #"{"type":"unsubscribe","channels":["a"]}"#)
         #expect(try ws.nextText() == #"{"type":"unsubscribed","channels":["a"]}"#)
         try ws.send(text: #"{"type":"subscribe","channels":["c"]}"#)
-        #expect(try ws.nextText() == #"{"type":"subscribed","channels":["c"]}"#)
+        #expect(withoutPositions(try ws.nextText()) == #"{"type":"subscribed","channels":["c"]}"#)
         #expect(try hub.publish(channel: "c", account: "acc_1")["delivered"] as? Int == 1)
     }
 
@@ -154,7 +154,7 @@ import WSProtocol
         let subscribe = FrameEncoder.clientFrame(opcode: .text, payload: Array(#"{"type":"subscribe","channels":["wallet_updates"],"id":1}"#.utf8))
         let ws = try TestWebSocket.connect(port: hub.port, headers: [("Authorization", "Bearer \(try hub.token("acc_1"))")],
                                            behindRequest: subscribe)
-        #expect(try ws.nextText() == #"{"type":"subscribed","channels":["wallet_updates"],"id":1}"#)
+        #expect(withoutPositions(try ws.nextText()) == #"{"type":"subscribed","channels":["wallet_updates"],"id":1}"#)
         #expect(try hub.publish(channel: "wallet_updates", account: "acc_1")["delivered"] as? Int == 1)
     }
 
@@ -165,7 +165,7 @@ import WSProtocol
                                            deflate: PerMessageDeflateConfiguration())
         #expect(ws.response.headers[first: "Sec-WebSocket-Extensions"] == nil)
         try ws.send(text: #"{"type":"subscribe","channels":["wallet_updates"]}"#)
-        #expect(try ws.nextText() == #"{"type":"subscribed","channels":["wallet_updates"]}"#)
+        #expect(withoutPositions(try ws.nextText()) == #"{"type":"subscribed","channels":["wallet_updates"]}"#)
         let data = "[" + String(repeating: "1,", count: 200) + "1]"  // compressible, and still sent as is
         #expect(try hub.publish(channel: "wallet_updates", account: "acc_1", data: data)["delivered"] as? Int == 1)
         #expect(try ws.nextText() == "{\"type\":\"test_event\",\"channel\":\"wallet_updates\",\"seq\":1,\"data\":\(data)}")

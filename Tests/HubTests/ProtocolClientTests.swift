@@ -11,7 +11,14 @@ func parseClient(_ text: String) -> Result<ClientMessage, ClientProtocolError> {
 struct ProtocolClientTests {
     @Test func subscribe() throws {
         let m = try parseClient(#"{"type":"subscribe","channels":["profile_updates","wallet_updates"],"id":"s1"}"#).get()
-        #expect(m == .subscribe(channels: ["profile_updates", "wallet_updates"], id: RawJSON("\"s1\"")))
+        #expect(m == .subscribe(channels: ["profile_updates", "wallet_updates"], since: [], id: RawJSON("\"s1\"")))
+    }
+
+    @Test func subscribeWithSince() throws {
+        let m = try parseClient(#"{"type":"subscribe","channels":["a","b"],"since":{"b":{"epoch":"E.1.2","seq":17,"broadcastSeq":3,"x":0},"\u0061":{"epoch":"F","seq":0,"broadcastSeq":9}}}"#).get()
+        #expect(m == .subscribe(channels: ["a", "b"], since: [SincePosition(channel: "b", epoch: "E.1.2", seq: 17, broadcastSeq: 3),
+                                                           SincePosition(channel: "a", epoch: "F", seq: 0, broadcastSeq: 9)], id: nil))
+        #expect(try parseClient(#"{"type":"subscribe","channels":["a"],"since":null}"#).get() == .subscribe(channels: ["a"], since: [], id: nil))
     }
 
     @Test func unsubscribeWithDuplicatesAndEscapes() throws {
@@ -50,6 +57,13 @@ struct ProtocolClientTests {
         (#"{"type":"auth","id":"a"}"#, "missing \"token\"", "\"a\""),
         (#"{"type":"auth","token":"","id":"a"}"#, "\"token\" must be a non-empty string", "\"a\""),
         (#"{"type":"auth","token":42,"id":"a"}"#, "\"token\" must be a non-empty string", "\"a\""),
+        (#"{"type":"subscribe","channels":["a"],"since":[1],"id":"s"}"#, "\"since\" must be an object of positions by channel", "\"s\""),
+        (#"{"type":"subscribe","channels":["a"],"since":{"b":{}},"id":"s"}"#, "\"since\" names \"b\", which is not in \"channels\"", "\"s\""),
+        (#"{"type":"subscribe","channels":["a"],"since":{"a":7},"id":"s"}"#, "\"since\".\"a\" must be an object with epoch, seq and broadcastSeq", "\"s\""),
+        (#"{"type":"subscribe","channels":["a"],"since":{"a":{"seq":1,"broadcastSeq":0}},"id":"s"}"#, "\"since\".\"a\".epoch must be a string of at most 128 bytes", "\"s\""),
+        (#"{"type":"subscribe","channels":["a"],"since":{"a":{"epoch":"e","broadcastSeq":0}},"id":"s"}"#, "\"since\".\"a\".seq must be a non-negative integer", "\"s\""),
+        (#"{"type":"subscribe","channels":["a"],"since":{"a":{"epoch":"e","seq":1.5,"broadcastSeq":0}},"id":"s"}"#, "\"since\".\"a\".seq must be a non-negative integer", "\"s\""),
+        (#"{"type":"subscribe","channels":["a"],"since":{"a":{"epoch":"e","seq":1,"broadcastSeq":-1}},"id":"s"}"#, "\"since\".\"a\".broadcastSeq must be a non-negative integer", "\"s\""),
     ]
 
     @Test(arguments: errors.indices)
@@ -105,6 +119,12 @@ struct ProtocolClientTests {
                 == #"{"type":"unsubscribed","channels":["wallet_updates"],"id":"u1"}"#)
         #expect(reply { ClientReplies.subscribed(channels: ["a"], id: nil, into: &$0) }
                 == #"{"type":"subscribed","channels":["a"]}"#)
+        #expect(reply {
+            ClientReplies.subscribed(channels: ["a", "b"], positions: [
+                .init(channel: "a", epoch: "E.1.2", seq: 17, broadcastSeq: 3),
+                .init(channel: "b", epoch: "E.3.4", seq: 0, broadcastSeq: 0, recovered: false, reason: "too_old"),
+            ], id: RawJSON("1"), into: &$0)
+        } == #"{"type":"subscribed","channels":["a","b"],"positions":{"a":{"epoch":"E.1.2","seq":17,"broadcastSeq":3},"b":{"epoch":"E.3.4","seq":0,"broadcastSeq":0,"recovered":false,"reason":"too_old"}},"id":1}"#)
         #expect(reply { ClientReplies.authenticated(expiresAt: 1700000900, id: RawJSON("\"a1\""), into: &$0) }
                 == #"{"type":"authenticated","expiresAt":1700000900,"id":"a1"}"#)
         #expect(reply { ClientReplies.pong(id: RawJSON("7"), into: &$0) } == #"{"type":"pong","id":7}"#)

@@ -36,6 +36,36 @@ struct ProtocolSocketTests {
         #expect(p2.data == nil)
     }
 
+    @Test func idempotencyKeyAndHistory() throws {
+        guard case .publish(let p) = try parseSocket(#"{"op":"publish","channel":"c","account":"a","type":"t","idempotencyKey":"k-\u00e9"}"#).get().request
+        else { Issue.record("not a publish"); return }
+        #expect(p.idempotencyKey == "k-é")
+        guard case .publish(let q) = try parseSocket(#"{"op":"publish","channel":"c","account":"a","type":"t","idempotencyKey":null}"#).get().request
+        else { Issue.record("not a publish"); return }
+        #expect(q.idempotencyKey == nil)
+        for bad in ["\"\"", "7", "\"" + String(repeating: "k", count: 129) + "\""] {
+            guard case .failure(let e) = parseSocket(#"{"op":"publish","channel":"c","account":"a","type":"t","idempotencyKey":"# + bad + "}") else {
+                Issue.record("accepted \(bad)"); continue
+            }
+            #expect(e.code == .invalidRequest && e.message.contains("idempotencyKey"))
+        }
+        #expect(try parseSocket(#"{"op":"history","channel":"c","account":"a","since":4}"#).get().request
+                == .history(channel: "c", account: "a", since: 4))
+        #expect(try parseSocket(#"{"op":"history","channel":"c","broadcast":true}"#).get().request
+                == .history(channel: "c", account: nil, since: 0))
+        for bad in [#"{"op":"history","channel":"c"}"#, #"{"op":"history","channel":"c","account":"a","broadcast":true}"#,
+                    #"{"op":"history","channel":"c","account":"a","since":-1}"#, #"{"op":"history","account":"a"}"#] {
+            guard case .failure(let e) = parseSocket(bad) else { Issue.record("accepted \(bad)"); continue }
+            #expect(e.code == .invalidRequest, "\(bad)")
+        }
+    }
+
+    @Test func duplicateReply() {
+        var w = JSONWriter()
+        SocketReplies.published(seq: 3, delivered: 2, duplicate: true, id: RawJSON("9"), into: &w)
+        #expect(String(decoding: w.bytes, as: UTF8.self) == #"{"ok":true,"seq":3,"delivered":2,"duplicate":true,"id":9}"# + "\n")
+    }
+
     @Test func dataPassesThroughExactly() throws {
         let data = "[ 1 ,\n\t{\"k\" : \"\\u00e9\\ud83d\\ude00\" } , -0.0E+5 ]"
         let line = #"{"op":"publish","channel":"c","account":"a","type":"t","data": "# + data + " }"
@@ -140,7 +170,7 @@ struct ProtocolSocketTests {
     @Test func packedKeyConstants() throws {
         let keys: [(Fields.Key, StaticString)] = [
             (.op, "op"), (.id, "id"), (.type, "type"), (.data, "data"), (.conn, "conn"), (.code, "code"),
-            (.limit, "limit"), (.reason, "reason"), (.channel, "channel"), (.account, "account"),
+            (.limit, "limit"), (.reason, "reason"), (.channel, "channel"), (.account, "account"), (.since, "since"),
         ]
         for (k, s) in keys { #expect(k.rawValue == JSONValue.pack(s), "\(s)") }
         let ops: [(Op, StaticString)] = [

@@ -57,15 +57,6 @@ struct RoutingTests {
         for item in items { set.insert(item) }
         #expect(set.count == size)
     }
-
-    @Test func sequenceNumbersArePerStream() {
-        var table = SequenceTable()
-        let a = StreamKey(channel: 0, account: "a"), b = StreamKey(channel: 0, account: "b")
-        let broadcast = StreamKey(channel: 0, account: nil), otherChannel = StreamKey(channel: 1, account: "a")
-        let numbers = [table.advance(a), table.advance(a), table.advance(b), table.advance(broadcast),
-                       table.advance(otherChannel), table.advance(a)]
-        #expect(numbers == [1, 2, 1, 1, 1, 3])
-    }
 }
 
 @Suite("RateLimiter")

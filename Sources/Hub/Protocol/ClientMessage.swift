@@ -15,16 +15,32 @@ public struct RawJSON: Sendable, Hashable, CustomStringConvertible {
     public var description: String { text }
 }
 
+/// A position to resume one channel from (`subscribe`'s `since`): what the last `subscribed` reply said, with
+/// `seq`/`broadcastSeq` advanced to the last event the app received in each stream.
+public struct SincePosition: Sendable, Hashable {
+    public var channel: String
+    public var epoch: String
+    public var seq: UInt64
+    public var broadcastSeq: UInt64
+
+    public init(channel: String, epoch: String, seq: UInt64, broadcastSeq: UInt64) {
+        self.channel = channel
+        self.epoch = epoch
+        self.seq = seq
+        self.broadcastSeq = broadcastSeq
+    }
+}
+
 /// One parsed client message.
 public enum ClientMessage: Sendable, Hashable {
-    case subscribe(channels: [String], id: RawJSON?)
+    case subscribe(channels: [String], since: [SincePosition], id: RawJSON?)
     case unsubscribe(channels: [String], id: RawJSON?)
     case auth(token: String, id: RawJSON?)
     case ping(id: RawJSON?)
 
     public var id: RawJSON? {
         switch self {
-        case .subscribe(_, let id), .unsubscribe(_, let id), .auth(_, let id), .ping(let id): return id
+        case .subscribe(_, _, let id), .unsubscribe(_, let id), .auth(_, let id), .ping(let id): return id
         }
     }
 
@@ -32,6 +48,8 @@ public enum ClientMessage: Sendable, Hashable {
     public static let maxChannelsPerMessage = 64
     /// At most this many UTF-8 bytes per channel name.
     public static let maxChannelNameBytes = 128
+    /// At most this many UTF-8 bytes per epoch in `since` (the hub's are about 30).
+    public static let maxEpochBytes = 128
 }
 
 /// The `details` object of a client error reply.
@@ -89,12 +107,14 @@ extension ClientMessage {
         var idValue: JSONValue?
         var channels: JSONValue?
         var token: JSONValue?
+        var since: JSONValue?
         do {
             try JSONScanner.forEachMember(in: bytes) { key, value in
                 if key.stringEquals("type", in: bytes) { type = value }
                 else if key.stringEquals("id", in: bytes) { idValue = value }
                 else if key.stringEquals("channels", in: bytes) { channels = value }
                 else if key.stringEquals("token", in: bytes) { token = value }
+                else if key.stringEquals("since", in: bytes) { since = value }
             }
         } catch {
             if error.isNotAnObject {
@@ -116,7 +136,8 @@ extension ClientMessage {
         guard type.kind == .string else { throw fail("\"type\" must be a string") }
 
         if type.stringEquals("subscribe", in: bytes) {
-            return .subscribe(channels: try channelList(channels, in: bytes, fail), id: id)
+            let names = try channelList(channels, in: bytes, fail)
+            return .subscribe(channels: names, since: try sinceList(since, channels: names, in: bytes, fail), id: id)
         }
         if type.stringEquals("unsubscribe", in: bytes) {
             return .unsubscribe(channels: try channelList(channels, in: bytes, fail), id: id)
@@ -166,6 +187,66 @@ extension ClientMessage {
         if let problem { throw fail(problem) }
         if count == 0 { throw fail("\"channels\" must not be empty") }
         return names
+    }
+}
+
+extension ClientMessage {
+    /// `"since":{"wallet_updates":{"epoch":"…","seq":17,"broadcastSeq":3}}`: every named channel must be in
+    /// `channels`, and every position needs all three fields. `null` or absent: no resume.
+    static func sinceList(_ value: JSONValue?, channels: [String], in bytes: UnsafeRawBufferPointer,
+                          _ fail: (String) -> ClientProtocolError) throws(ClientProtocolError) -> [SincePosition] {
+        guard let value, value.kind != .null else { return [] }
+        guard value.kind == .object else { throw fail("\"since\" must be an object of positions by channel") }
+        var positions: [SincePosition] = []
+        var problem: String?
+        do {
+            try JSONScanner.forEachMember(of: value, in: bytes) { key, position in
+                guard problem == nil else { return }
+                let channel = JSONScanner.decodeString(key, in: bytes)
+                guard channels.contains(channel) else {
+                    problem = "\"since\" names \(quotedForMessage(channel)), which is not in \"channels\""
+                    return
+                }
+                switch sincePosition(position, channel: channel, in: bytes) {
+                case .success(let p):
+                    positions.removeAll { $0.channel == channel }  // duplicate keys: the last one wins
+                    positions.append(p)
+                case .failure(let message):
+                    problem = message.text
+                }
+            }
+        } catch {
+            throw fail(error.description) // unreachable: the object was validated
+        }
+        if let problem { throw fail(problem) }
+        return positions
+    }
+
+    struct Problem: Error { let text: String }
+
+    static func sincePosition(_ value: JSONValue, channel: String, in bytes: UnsafeRawBufferPointer) -> Result<SincePosition, Problem> {
+        let name = quotedForMessage(channel)
+        guard value.kind == .object else { return .failure(Problem(text: "\"since\".\(name) must be an object with epoch, seq and broadcastSeq")) }
+        var epoch: JSONValue?, seq: JSONValue?, broadcastSeq: JSONValue?
+        try? JSONScanner.forEachMember(of: value, in: bytes) { key, member in
+            if key.stringEquals("epoch", in: bytes) { epoch = member }
+            else if key.stringEquals("seq", in: bytes) { seq = member }
+            else if key.stringEquals("broadcastSeq", in: bytes) { broadcastSeq = member }
+        }
+        guard let epoch, epoch.kind == .string, JSONScanner.decodedStringLength(epoch, in: bytes) <= maxEpochBytes else {
+            return .failure(Problem(text: "\"since\".\(name).epoch must be a string of at most \(maxEpochBytes) bytes"))
+        }
+        func number(_ v: JSONValue?, _ field: String) -> Result<UInt64, Problem> {
+            guard let v, let n = JSONScanner.int64(v, in: bytes), n >= 0 else {
+                return .failure(Problem(text: "\"since\".\(name).\(field) must be a non-negative integer"))
+            }
+            return .success(UInt64(n))
+        }
+        return number(seq, "seq").flatMap { s in
+            number(broadcastSeq, "broadcastSeq").map { b in
+                SincePosition(channel: channel, epoch: JSONScanner.decodeString(epoch, in: bytes), seq: s, broadcastSeq: b)
+            }
+        }
     }
 }
 

@@ -1,9 +1,54 @@
 /// Encoders for the hub's replies to clients (docs/PROTOCOL.md sections 1.2 and 1.3). Each writes one complete
 /// JSON object into the writer (after `reset()` by the caller when reusing it); field order follows the doc.
 public enum ClientReplies {
-    /// `{"type":"subscribed","channels":[...],"id":...}`
-    public static func subscribed(channels: [String], id: RawJSON?, into w: inout JSONWriter) {
-        channelsReply("subscribed", channels: channels, id: id, into: &w)
+    /// A channel's position in a `subscribed` reply.
+    public struct ChannelPosition: Sendable, Equatable {
+        public var channel: String
+        public var epoch: String
+        /// The last seq of the account's stream and of the channel's broadcast stream when the subscription took
+        /// effect: every later event arrives live.
+        public var seq: UInt64
+        public var broadcastSeq: UInt64
+        /// Only for channels named in `since`: nil, or whether every missed event was replayed (and if not, why).
+        public var recovered: Bool?
+        public var reason: String?
+
+        public init(channel: String, epoch: String, seq: UInt64, broadcastSeq: UInt64, recovered: Bool? = nil, reason: String? = nil) {
+            self.channel = channel
+            self.epoch = epoch
+            self.seq = seq
+            self.broadcastSeq = broadcastSeq
+            self.recovered = recovered
+            self.reason = reason
+        }
+    }
+
+    /// `{"type":"subscribed","channels":[...],"positions":{"c":{"epoch":…,"seq":…,"broadcastSeq":…}},"id":...}`
+    /// (`recovered`, and `reason` when false, for the channels the subscribe named in `since`).
+    public static func subscribed(channels: [String], positions: [ChannelPosition] = [], id: RawJSON?, into w: inout JSONWriter) {
+        w.beginObject()
+        w.field("type", "subscribed")
+        w.key("channels")
+        w.beginArray()
+        for c in channels { w.string(c) }
+        w.endArray()
+        if !positions.isEmpty {
+            w.key("positions")
+            w.beginObject()
+            for p in positions {
+                w.key(p.channel)
+                w.beginObject()
+                w.field("epoch", p.epoch)
+                w.field("seq", p.seq)
+                w.field("broadcastSeq", p.broadcastSeq)
+                if let recovered = p.recovered { w.field("recovered", recovered) }
+                if let reason = p.reason { w.field("reason", reason) }
+                w.endObject()
+            }
+            w.endObject()
+        }
+        writeID(id, into: &w)
+        w.endObject()
     }
 
     /// `{"type":"unsubscribed","channels":[...],"id":...}`

@@ -2,12 +2,14 @@
 /// followed by `\n` into the writer (appending: several replies may be batched into one buffer for one write).
 /// The echoed `id`, when given, is the last member.
 public enum SocketReplies {
-    /// `{"ok":true,"seq":N,"delivered":M,"id":...}\n`
-    public static func published(seq: UInt64, delivered: Int, id: RawJSON?, into w: inout JSONWriter) {
+    /// `{"ok":true,"seq":N,"delivered":M,"id":...}\n`, with `"duplicate":true` after `delivered` for a repeated
+    /// idempotency key.
+    public static func published(seq: UInt64, delivered: Int, duplicate: Bool = false, id: RawJSON?, into w: inout JSONWriter) {
         w.beginObject()
         w.field("ok", true)
         w.field("seq", seq)
         w.field("delivered", delivered)
+        if duplicate { w.field("duplicate", true) }
         writeID(id, into: &w)
         w.endObject()
         w.newline()

@@ -40,12 +40,15 @@ public struct PublishRequest: Sendable, Hashable {
     public var target: PublishTarget
     public var type: String
     public var data: Range<Int>?
+    /// `idempotencyKey`: a repeat within the window (same channel and account, or broadcast) is not delivered again.
+    public var idempotencyKey: String?
 
-    public init(channel: String, target: PublishTarget, type: String, data: Range<Int>?) {
+    public init(channel: String, target: PublishTarget, type: String, data: Range<Int>?, idempotencyKey: String? = nil) {
         self.channel = channel
         self.target = target
         self.type = type
         self.data = data
+        self.idempotencyKey = idempotencyKey
     }
 
     /// The `data` JSON bytes within `line` (the literal `null` when absent).
@@ -86,6 +89,7 @@ public struct PublishRequest: Sendable, Hashable {
         "subscribed", "unsubscribed", "authenticated", "pong", "error", "token_expiring",
     ]
     public static let maxTypeBytes = 128
+    public static let maxIdempotencyKeyBytes = 128
 }
 
 public enum DisconnectTarget: Sendable, Hashable {
@@ -101,6 +105,8 @@ public enum SocketRequest: Sendable, Hashable {
     case connections(account: AccountID?, channel: String?, limit: Int)
     case disconnect(target: DisconnectTarget, code: UInt16, reason: String)
     case tail(channel: String, account: AccountID?)
+    /// The retained events of one stream with seq > `since` (`account` nil: the channel's broadcasts).
+    case history(channel: String, account: AccountID?, since: UInt64)
 
     public static let defaultConnectionsLimit = 100
     public static let defaultDisconnectCode: UInt16 = 1000
@@ -167,6 +173,8 @@ extension SocketRequest {
                                    channel: try p.optionalString(f.channel, "channel"), limit: limit)
         } else if op.stringEquals("disconnect", in: line) {
             request = try parseDisconnect(f, &p)
+        } else if op.stringEquals("history", in: line) {
+            request = try parseHistory(f, &p)
         } else if opWord == Op.tail.rawValue {
             request = .tail(channel: try p.requiredString(f.channel, "channel"),
                             account: try p.optionalString(f.account, "account").map { AccountID($0) })
@@ -229,7 +237,34 @@ extension SocketRequest {
         let type = JSONScanner.decodeString(typeValue, in: line)
         var data: Range<Int>?
         if let d = f.data, d.kind != .null { data = d.range }
-        return PublishRequest(channel: channel, target: target, type: type, data: data)
+        var idempotencyKey: String?
+        if let k = f.idempotencyKey, k.kind != .null {
+            let length = k.kind == .string ? JSONScanner.decodedStringLength(k, in: line) : 0
+            guard length > 0, length <= PublishRequest.maxIdempotencyKeyBytes else {
+                throw p.invalid("\"idempotencyKey\" must be a non-empty string of at most \(PublishRequest.maxIdempotencyKeyBytes) bytes")
+            }
+            idempotencyKey = JSONScanner.decodeString(k, in: line)
+        }
+        return PublishRequest(channel: channel, target: target, type: type, data: data, idempotencyKey: idempotencyKey)
+    }
+
+    static func parseHistory(_ f: Fields, _ p: inout FieldReader) throws(SocketRequestError) -> SocketRequest {
+        let channel = try p.requiredString(f.channel, "channel")
+        let account = try p.optionalString(f.account, "account")
+        var broadcast = false
+        if let b = f.broadcast, b.kind != .null {
+            guard b.kind == .true || b.kind == .false else { throw p.invalid("\"broadcast\" must be a boolean") }
+            broadcast = b.kind == .true
+        }
+        guard (account != nil) != broadcast, account?.isEmpty != true else {
+            throw p.invalid("exactly one of \"account\" (non-empty) or \"broadcast\":true is required")
+        }
+        var since: UInt64 = 0
+        if let s = f.since, s.kind != .null {
+            guard let v = JSONScanner.int64(s, in: p.line), v >= 0 else { throw p.invalid("\"since\" must be a non-negative integer") }
+            since = UInt64(v)
+        }
+        return .history(channel: channel, account: account.map { AccountID($0) }, since: since)
     }
 
     static func parseDisconnect(_ f: Fields, _ p: inout FieldReader) throws(SocketRequestError) -> SocketRequest {
@@ -287,6 +322,8 @@ struct Fields {
     var conn: JSONValue?
     var code: JSONValue?
     var reason: JSONValue?
+    var since: JSONValue?
+    var idempotencyKey: JSONValue?
 
     /// Packed keys (`JSONValue.packed`); `ProtocolSocketTests` checks them against `JSONValue.pack`.
     enum Key: UInt64 {
@@ -298,6 +335,7 @@ struct Fields {
         case code = 0x65646f63
         case limit = 0x74696d696c
         case reason = 0x6e6f73616572
+        case since = 0x65636e6973
         case channel = 0x6c656e6e616863
         case account = 0x746e756f636361
     }
@@ -307,6 +345,7 @@ struct Fields {
         if key.hasEscapes { recordEscaped(key, value, line); return }
         guard let k = Key(rawValue: key.packed(in: line)) else {
             if key.stringEquals("broadcast", in: line) { broadcast = value }
+            else if key.stringEquals("idempotencyKey", in: line) { idempotencyKey = value }
             return
         }
         switch k {
@@ -318,6 +357,7 @@ struct Fields {
         case .code: code = value
         case .limit: limit = value
         case .reason: reason = value
+        case .since: since = value
         case .channel: channel = value
         case .account: account = value
         }
@@ -337,6 +377,8 @@ struct Fields {
         case "conn": conn = value
         case "code": code = value
         case "reason": reason = value
+        case "since": since = value
+        case "idempotencyKey": idempotencyKey = value
         default: break
         }
     }

@@ -10,13 +10,18 @@ public struct EventDraft {
     public let type: String
     /// The raw JSON of `data`, exactly as the backend sent it. Only valid during `Broker.publish`.
     public let data: UnsafeRawBufferPointer
+    /// A publish repeating a key already seen in the same stream within the window is not delivered again.
+    public let idempotencyKey: ExactString?
 
-    public init(channel: Int, account: AccountID?, type: String, data: UnsafeRawBufferPointer) {
+    public init(channel: Int, account: AccountID?, type: String, data: UnsafeRawBufferPointer, idempotencyKey: ExactString? = nil) {
         self.channel = channel
         self.account = account
         self.type = type
         self.data = data
+        self.idempotencyKey = idempotencyKey
     }
+
+    var stream: StreamKey { StreamKey(channel: channel, account: account) }
 }
 
 /// An event with its number, framed once as a WebSocket text frame; the same bytes go to every recipient.
@@ -47,17 +52,147 @@ public final class PublishedEvent: Sendable {
     }
 
     public var data: UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: frame.bytes[dataRange]) }
+
+    /// The JSON payload behind the frame header (an unmasked server header is 2, 4 or 10 bytes).
+    var payload: UnsafeRawBufferPointer {
+        let n = frame.count
+        let header = n - 2 <= 125 ? 2 : (n - 4 <= 0xFFFF ? 4 : 10)
+        return UnsafeRawBufferPointer(rebasing: frame.bytes[min(header, n)...])
+    }
+
+    var stream: StreamKey { StreamKey(channel: channel, account: account) }
 }
 
-/// The boundary between publish intake and fan-out. Intake (the Unix socket) hands a batch of drafts to a
-/// broker; the broker numbers them and gets them to every subscriber it serves. `LocalBroker` serves this
-/// process's loops; a cluster broker (Redis) would number and share events between hubs behind the same call.
+/// What the backend is told about one publish line.
+public struct PublishReply: Sendable, Equatable {
+    public var seq: UInt64
+    /// Connections the event was handed to (for a duplicate: the first publish's count).
+    public var delivered: Int
+    /// The idempotency key was seen before in this stream: nothing was delivered again.
+    public var duplicate: Bool
+
+    public init(seq: UInt64, delivered: Int, duplicate: Bool) {
+        self.seq = seq
+        self.delivered = delivered
+        self.duplicate = duplicate
+    }
+}
+
+/// The result of one `Broker.publish` call.
+public struct PublishOutcome: Sendable {
+    /// The events this call numbered (duplicates are not among them), and for each its delivery count.
+    public let events: [PublishedEvent]
+    public let delivered: [Int]
+    /// One reply per draft, in the order of the drafts.
+    public let replies: [PublishReply]
+}
+
+/// Why a resume could not be honoured. The app then refetches its state through the REST API.
+public enum RecoveryFailure: String, Error, Sendable, CaseIterable {
+    /// The stream's numbering is not the one the position came from (fresh hub start, stream forgotten, or a
+    /// position ahead of the stream).
+    case epochChanged = "epoch_changed"
+    /// Some event after the position is no longer in the history (evicted, expired, or history is off).
+    case tooOld = "too_old"
+    /// More events after the position than `--recovery-max`, or more bytes than the connection may queue.
+    case tooMany = "too_many"
+}
+
+/// A position in a stream to resume after.
+public struct ResumePoint: Sendable, Equatable {
+    public var generation: UInt64
+    public var seq: UInt64
+
+    public init(generation: UInt64, seq: UInt64) {
+        self.generation = generation
+        self.seq = seq
+    }
+}
+
+/// One stream a subscribe asks the broker about.
+public struct StreamRead: Sendable {
+    public var stream: StreamKey
+    /// The connection starts following this stream (a new subscription): the broker keeps the stream's numbering
+    /// while anyone follows it. Balanced by `Broker.detach`.
+    public var follow: Bool
+    /// Read the history after this position.
+    public var resume: ResumePoint?
+    /// At most this many events are replayed.
+    public var limit: Int
+
+    public init(stream: StreamKey, follow: Bool, resume: ResumePoint?, limit: Int) {
+        self.stream = stream
+        self.follow = follow
+        self.resume = resume
+        self.limit = limit
+    }
+}
+
+/// A stream's position when it was read, and what the history had after the requested one.
+public struct StreamPosition: Sendable {
+    public var generation: UInt64
+    /// The stream's last seq at the moment of the read: every later event reaches the connection live.
+    public var seq: UInt64
+    /// nil when no resume was asked; else every event after the position (oldest first), or why not.
+    public var replay: Result<[PublishedEvent], RecoveryFailure>?
+}
+
+/// A stream's retained events, for admin views.
+public struct StreamHistory: Sendable {
+    public var epoch: String
+    public var seq: UInt64
+    public var events: [PublishedEvent]
+}
+
+/// Counters and gauges of the broker's history and idempotency keys (`stats`, `/metrics`).
+public struct BrokerStatistics: Sendable {
+    public var epoch: String
+    public var historyBytes = 0
+    public var historyLimitBytes = 0
+    public var events = 0
+    public var streams = 0
+    public var evictions = 0
+    public var expirations = 0
+    public var forgottenStreams = 0
+    public var duplicates = 0
+    public var idempotencyKeys = 0
+}
+
+/// The boundary between publish intake and fan-out, and the read side of numbering and history. Intake (the Unix
+/// socket) hands a batch of drafts to a broker; the broker numbers them, retains them and gets them to every
+/// subscriber it serves. `LocalBroker` serves this process's loops; a cluster broker (Redis Streams) would number,
+/// retain and share events between hubs behind the same calls.
+///
+/// The read side is synchronous: a subscribe registers the connection, reads positions and history, writes the
+/// replay and sets its floor in one go on its loop (see `ClientConnection.subscribe`). A broker backed by a remote
+/// store can keep this shape by mirroring the recent history of the streams it fans out (it receives every event
+/// anyway), or must add a pending state that buffers live events until its read completes.
 public protocol Broker: Sendable {
-    /// Numbers each draft in its stream, frames it once, fans it out, and then calls `completion` once with the
-    /// events and, for each, the exact number of connections it was handed to (same order as `drafts`).
-    /// Encoding happens before `publish` returns, so `drafts` may point into a transient read buffer.
-    /// `completion` runs on an arbitrary loop thread.
-    func publish(_ drafts: [EventDraft], completion: @escaping @Sendable (_ events: [PublishedEvent], _ delivered: [Int]) -> Void)
+    /// Numbers each draft in its stream, frames it once, retains it in the stream's history, fans it out, and then
+    /// calls `completion` once (on an arbitrary loop thread) with the new events, their exact delivery counts, and
+    /// one reply per draft. A draft whose idempotency key was seen in its stream within the window is not numbered
+    /// again: its reply carries the first publish's seq and delivered, with `duplicate` set (if the first is still
+    /// in flight, the reply waits for it). Encoding happens before `publish` returns, so `drafts` may point into a
+    /// transient read buffer.
+    func publish(_ drafts: [EventDraft], completion: @escaping @Sendable (PublishOutcome) -> Void)
+
+    /// Random per fresh start of the numbering (kept across a graceful restart).
+    var epoch: String { get }
+
+    /// Reads the position of each stream and, where asked, the history after a position, atomically with respect
+    /// to numbering: every event numbered after the read reaches the loops' inboxes after it.
+    func attach(_ reads: [StreamRead]) -> [StreamPosition]
+
+    /// Connections stopped following these streams (one call per `follow: true` read).
+    func detach(_ streams: [StreamKey])
+
+    /// The retained events of a stream with seq > `after` (nil when the broker has no such stream).
+    func history(_ stream: StreamKey, after: UInt64) -> StreamHistory?
+
+    /// Periodic housekeeping: expires old events, forgets idle streams and old idempotency keys.
+    func maintain()
+
+    func statistics() -> BrokerStatistics
 }
 
 /// One loop's part of fan-out: delivers a batch to that loop's subscribers, on that loop's thread.
@@ -72,41 +207,188 @@ public final class EventBatch: Sendable {
     init(events: [PublishedEvent]) { self.events = events }
 }
 
-/// Broker for a single hub process: numbering under one lock, then one hand-off per loop per batch.
+/// Options of the local broker (from `HubConfiguration`).
+public struct LocalBrokerOptions: Sendable {
+    public var history: HistoryLimits
+    public var idempotencyWindowNanos: UInt64
+    public var idempotencyMaxKeys: Int
+
+    public init(history: HistoryLimits, idempotencyWindowNanos: UInt64, idempotencyMaxKeys: Int) {
+        self.history = history
+        self.idempotencyWindowNanos = idempotencyWindowNanos
+        self.idempotencyMaxKeys = idempotencyMaxKeys
+    }
+}
+
+/// Broker for a single hub process: numbering and history under one lock, then one hand-off per loop per batch.
 ///
 /// Why the lock also covers the hand-off: two intake connections publishing to the same stream must not have
 /// their events overtake each other on the way to a loop, or a client would see seq 18 before seq 17. Taking
 /// the numbers and enqueuing on every loop inside the same critical section makes the loops' inboxes agree
-/// with the numbering. The critical section encodes each event once (~100 ns for a small event) and appends
-/// one closure per loop per batch.
+/// with the numbering. The critical section encodes each event once (~100 ns for a small event), appends it to
+/// its stream's history (a few ring and counter updates), and appends one closure per loop per batch.
+///
+/// The same ordering serves recovery: `attach` reads under this lock, so an event is either numbered before the
+/// read (and already in every loop's inbox, where the connection's floor skips it) or after it (and delivered live).
 public final class LocalBroker: Broker {
-    private let channelNames: [String]
+    let channelNames: [String]
     private let shards: [any FanoutShard]
-    /// Sequence numbers, and the writer events are encoded with, both used only under this lock.
-    private let state = Mutex<(sequences: SequenceTable, writer: JSONWriter)>((SequenceTable(), JSONWriter(capacity: 4096)))
+    public let epoch: String
+    let options: LocalBrokerOptions
 
-    public init(channelNames: [String], shards: [any FanoutShard]) {
+    struct State {
+        var history: HistoryStore
+        var idempotency: IdempotencyTable
+        /// The writer events are encoded with.
+        var writer = JSONWriter(capacity: 4096)
+        var duplicates = 0
+    }
+    let state: Mutex<State>
+
+    /// A fresh broker (new epoch), or one restored from a graceful stop's saved state.
+    init(channelNames: [String], shards: [any FanoutShard], options: LocalBrokerOptions, restoring saved: SavedBrokerState?) {
         self.channelNames = channelNames
         self.shards = shards
+        self.options = options
+        let epoch = saved?.hubEpoch ?? LocalBroker.makeEpoch()
+        self.epoch = epoch
+        var s = State(history: HistoryStore(limits: options.history, hubEpoch: epoch, nextGeneration: saved?.nextGeneration ?? 1),
+                      idempotency: IdempotencyTable(windowNanos: options.idempotencyWindowNanos, maxKeys: options.idempotencyMaxKeys))
+        if let saved { Self.restore(saved, into: &s, channelNames: channelNames) }
+        state = Mutex(s)
     }
 
-    public func publish(_ drafts: [EventDraft], completion: @escaping @Sendable ([PublishedEvent], [Int]) -> Void) {
-        guard !drafts.isEmpty else { completion([], []); return }
+    public convenience init(channelNames: [String], shards: [any FanoutShard], options: LocalBrokerOptions) {
+        self.init(channelNames: channelNames, shards: shards, options: options, restoring: nil)
+    }
+
+    /// 8 random bytes, base64url (11 characters, never a ".").
+    static func makeEpoch() -> String {
+        var rng = SystemRandomNumberGenerator()
+        return Base64URL.encode((0..<8).map { _ in UInt8.random(in: 0...255, using: &rng) })
+    }
+
+    public func publish(_ drafts: [EventDraft], completion: @escaping @Sendable (PublishOutcome) -> Void) {
+        guard !drafts.isEmpty else { completion(PublishOutcome(events: [], delivered: [], replies: [])); return }
         let now = monotonicNanos()
         let wall = wallClockSeconds()
-        state.withLock { state in
+        let collector = DeliveryCollector(broker: self, completion: completion)
+        let handedOff = state.withLock { s -> Bool in
             var events: [PublishedEvent] = []
             events.reserveCapacity(drafts.count)
-            for draft in drafts {
-                let seq = state.sequences.advance(StreamKey(channel: draft.channel, account: draft.account))
-                events.append(Self.frame(draft, channelName: channelNames[draft.channel], seq: seq, now: now, wall: wall,
-                                         writer: &state.writer))
+            var replies = [PublishReply](repeating: PublishReply(seq: 0, delivered: 0, duplicate: false), count: drafts.count)
+            var eventOfDraft = [Int](repeating: -1, count: drafts.count)
+            var owned: [(event: Int, entry: IdempotencyEntry)] = []
+            var waiting = 0
+            for (i, draft) in drafts.enumerated() {
+                let key = draft.stream
+                if let idempotencyKey = draft.idempotencyKey, let seen = s.idempotency.lookup(key, idempotencyKey, now: now) {
+                    s.duplicates += 1
+                    replies[i] = PublishReply(seq: seen.seq, delivered: seen.delivered ?? 0, duplicate: true)
+                    if seen.delivered == nil {
+                        seen.waiters.append((collector, i))
+                        waiting += 1
+                    }
+                    continue
+                }
+                let (stream, seq) = s.history.number(key, now: now)
+                let event = Self.frame(draft, channelName: channelNames[draft.channel], seq: seq, now: now, wall: wall,
+                                       writer: &s.writer)
+                s.history.retain(event, in: stream, now: now)
+                if let idempotencyKey = draft.idempotencyKey,
+                   let entry = s.idempotency.insert(key, idempotencyKey, seq: seq, now: now, wallTime: wall) {
+                    owned.append((events.count, entry))
+                }
+                eventOfDraft[i] = events.count
+                replies[i].seq = seq
+                events.append(event)
             }
+            collector.prepare(events: events, replies: replies, eventOfDraft: eventOfDraft, owned: owned, waiting: waiting,
+                              shards: events.isEmpty ? 0 : shards.count)
+            guard !events.isEmpty else { return false }
             let batch = EventBatch(events: events)
-            let collector = DeliveryCollector(events: events.count, shards: shards.count, completion: completion, batch: batch)
             for shard in shards {
                 shard.deliver(batch) { counts in collector.report(counts) }
             }
+            return true
+        }
+        if !handedOff { collector.fannedOut() }
+    }
+
+    /// The first publishes of these keys completed: records their delivery counts and returns who waited for them.
+    func resolve(_ owned: [(entry: IdempotencyEntry, delivered: Int)]) -> [(collector: DeliveryCollector, index: Int, delivered: Int)] {
+        state.withLock { _ in
+            var waiting: [(collector: DeliveryCollector, index: Int, delivered: Int)] = []
+            for (entry, delivered) in owned {
+                entry.delivered = delivered
+                for waiter in entry.waiters { waiting.append((waiter.collector, waiter.index, delivered)) }
+                entry.waiters = []
+            }
+            return waiting
+        }
+    }
+
+    public func attach(_ reads: [StreamRead]) -> [StreamPosition] {
+        let now = monotonicNanos()
+        return state.withLock { s in
+            reads.map { read in
+                let stream = read.follow ? s.history.follow(read.stream, now: now) : s.history.entry(read.stream, now: now)
+                var position = StreamPosition(generation: stream.generation, seq: stream.lastSeq, replay: nil)
+                if let resume = read.resume {
+                    if resume.generation != stream.generation {
+                        position.replay = .failure(.epochChanged)
+                    } else {
+                        switch HistoryStore.read(stream, after: resume.seq, limit: read.limit) {
+                        case .events(let events): position.replay = .success(events)
+                        case .tooOld: position.replay = .failure(.tooOld)
+                        case .tooMany: position.replay = .failure(.tooMany)
+                        case .ahead: position.replay = .failure(.epochChanged)
+                        }
+                    }
+                }
+                s.history.settle(stream, now: now)
+                return position
+            }
+        }
+    }
+
+    public func detach(_ streams: [StreamKey]) {
+        guard !streams.isEmpty else { return }
+        let now = monotonicNanos()
+        state.withLock { s in
+            for key in streams { s.history.unfollow(key, now: now) }
+        }
+    }
+
+    public func history(_ key: StreamKey, after: UInt64) -> StreamHistory? {
+        state.withLock { s in
+            guard let stream = s.history.stream(key) else { return nil }
+            return StreamHistory(epoch: "\(epoch).\(stream.generation)", seq: stream.lastSeq,
+                                 events: HistoryStore.retained(stream, after: after))
+        }
+    }
+
+    public func maintain() {
+        let now = monotonicNanos()
+        state.withLock { s in
+            s.history.maintain(now: now)
+            s.idempotency.evict(now: now)
+        }
+    }
+
+    public func statistics() -> BrokerStatistics {
+        state.withLock { s in
+            var stats = BrokerStatistics(epoch: epoch)
+            stats.historyBytes = s.history.bytes
+            stats.historyLimitBytes = options.history.memoryBytes
+            stats.events = s.history.eventCount
+            stats.streams = s.history.streamCount
+            stats.evictions = s.history.evictions
+            stats.expirations = s.history.expirations
+            stats.forgottenStreams = s.history.forgottenStreams
+            stats.duplicates = s.duplicates
+            stats.idempotencyKeys = s.idempotency.count
+            return stats
         }
     }
 
@@ -124,46 +406,92 @@ public final class LocalBroker: Broker {
         w.key("data")
         w.raw(draft.data)
         w.endObject()
-        let payloadCount = w.count
-        let headerCount = FrameEncoder.headerSize(payloadLength: payloadCount, masked: false)
-        let frame = w.withBytes { payload in
-            SharedBytes(count: headerCount + payloadCount) { buffer in
-                _ = FrameEncoder.writeHeader(into: buffer, endingAt: headerCount, opcode: .text, fin: true, rsv1: false,
-                                             payloadLength: payloadCount, maskKey: nil)
-                // Both are non-empty (a header, and a JSON object of at least `{}`): their base addresses exist.
-                (buffer.baseAddress! + headerCount).copyMemory(from: payload.baseAddress!, byteCount: payloadCount)
-            }
-        }
+        let frame = w.withBytes { LoopContext.frame(opcode: .text, $0) }
         // `data` is the last member: it ends right before the closing brace.
-        let dataEnd = headerCount + payloadCount - 1
+        let dataEnd = frame.count - 1
         return PublishedEvent(channel: draft.channel, account: draft.account, type: draft.type, seq: seq, frame: frame,
                               dataRange: (dataEnd - draft.data.count)..<dataEnd, acceptedAt: now, wallTime: wall)
     }
 }
 
-/// Sums per-shard delivery counts and completes the batch when the last shard has reported.
+/// Sums per-shard delivery counts, records idempotency outcomes, waits for the duplicates of in-flight publishes,
+/// and completes the batch once, when all of that is done.
 final class DeliveryCollector: Sendable {
     private struct State {
-        var delivered: [Int]
-        var remaining: Int
+        var events: [PublishedEvent] = []
+        var delivered: [Int] = []
+        var replies: [PublishReply] = []
+        /// Per draft: the index of its event, or -1 for a duplicate.
+        var eventOfDraft: [Int] = []
+        /// Idempotency entries this batch created, by event index.
+        var owned: [(event: Int, entry: IdempotencyEntry)] = []
+        var remainingShards = 0
+        var waitingDuplicates = 0
+        var fannedOut = false
+        var completed = false
     }
-    private let state: Mutex<State>
-    private let completion: @Sendable ([PublishedEvent], [Int]) -> Void
-    private let batch: EventBatch
+    private let state = Mutex(State())
+    private let broker: LocalBroker
+    private let completion: @Sendable (PublishOutcome) -> Void
 
-    init(events: Int, shards: Int, completion: @escaping @Sendable ([PublishedEvent], [Int]) -> Void, batch: EventBatch) {
-        state = Mutex(State(delivered: Array(repeating: 0, count: events), remaining: shards))
+    init(broker: LocalBroker, completion: @escaping @Sendable (PublishOutcome) -> Void) {
+        self.broker = broker
         self.completion = completion
-        self.batch = batch
+    }
+
+    /// Called under the broker's lock, before any shard can report.
+    func prepare(events: [PublishedEvent], replies: [PublishReply], eventOfDraft: [Int],
+                 owned: [(event: Int, entry: IdempotencyEntry)], waiting: Int, shards: Int) {
+        state.withLock { s in
+            s.events = events
+            s.delivered = Array(repeating: 0, count: events.count)
+            s.replies = replies
+            s.eventOfDraft = eventOfDraft
+            s.owned = owned
+            // Nothing resolves a waiter before the broker's lock is released, so no count-down has happened yet.
+            s.waitingDuplicates = waiting
+            s.remainingShards = shards
+        }
     }
 
     func report(_ counts: [Int]) {
-        let finished: [Int]? = state.withLock { s in
-            for i in counts.indices { s.delivered[i] += counts[i] }
-            s.remaining -= 1
-            return s.remaining == 0 ? s.delivered : nil
+        let done = state.withLock { s -> Bool in
+            for i in counts.indices where i < s.delivered.count { s.delivered[i] += counts[i] }
+            s.remainingShards -= 1
+            return s.remainingShards == 0
         }
-        if let finished { completion(batch.events, finished) }
+        if done { fannedOut() }
+    }
+
+    /// Every shard has reported (or there was nothing to fan out).
+    func fannedOut() {
+        let owned = state.withLock { s -> [(entry: IdempotencyEntry, delivered: Int)] in
+            for (i, e) in s.eventOfDraft.enumerated() where e >= 0 { s.replies[i].delivered = s.delivered[e] }
+            s.fannedOut = true
+            return s.owned.map { ($0.entry, s.delivered[$0.event]) }
+        }
+        if !owned.isEmpty {
+            for waiter in broker.resolve(owned) { waiter.collector.duplicateResolved(waiter.index, delivered: waiter.delivered) }
+        }
+        finishIfDone()
+    }
+
+    /// The first publish of a key one of our drafts repeated has completed.
+    func duplicateResolved(_ index: Int, delivered: Int) {
+        state.withLock { s in
+            if index < s.replies.count { s.replies[index].delivered = delivered }
+            s.waitingDuplicates -= 1
+        }
+        finishIfDone()
+    }
+
+    private func finishIfDone() {
+        let outcome = state.withLock { s -> PublishOutcome? in
+            guard s.fannedOut, s.waitingDuplicates <= 0, !s.completed else { return nil }
+            s.completed = true
+            return PublishOutcome(events: s.events, delivered: s.delivered, replies: s.replies)
+        }
+        if let outcome { completion(outcome) }
     }
 }
 

@@ -45,6 +45,18 @@ final class ClientConnection: ConnectionHandler {
 
     // Subscriptions: indices into the configured channel list.
     var channels: [Int] = []
+    /// Per stream, the seq up to which this connection already has the events (from a replay, or because the
+    /// subscription took effect after them): deliveries at or below it are skipped. Only needed until the loop has
+    /// run the deliveries that were already in its inbox when the subscription read its positions, then dropped, so
+    /// the fan-out path pays one `isEmpty` check per delivery.
+    private struct Floor {
+        let channel: Int
+        let broadcast: Bool
+        let seq: UInt64
+        let token: Int
+    }
+    private var floors: [Floor] = []
+    private var floorToken = 0
 
     // Counters for admin views.
     var messagesIn = 0
@@ -381,8 +393,8 @@ final class ClientConnection: ConnectionHandler {
             return reply { w in ClientReplies.error(error, into: &w) }
         }
         switch message {
-        case .subscribe(let names, let id):
-            subscribe(names, id: id)
+        case .subscribe(let names, let since, let id):
+            subscribe(names, since: since, id: id)
         case .unsubscribe(let names, let id):
             unsubscribe(names, id: id)
         case .auth(let token, let id):
@@ -408,31 +420,113 @@ final class ClientConnection: ConnectionHandler {
         return indices
     }
 
-    private func subscribe(_ names: [String], id: RawJSON?) {
+    /// Subscribes, reads every stream's position (and the history after `since`), writes the replays, then the
+    /// `subscribed` reply. No gap and no duplicate between replay and live: the read happens under the broker's
+    /// numbering lock, so an event is either numbered before it (in the replay, or not wanted, and possibly still in
+    /// this loop's inbox: the floor skips it) or after it (delivered live, after the reply, since inbox jobs run
+    /// after this handler returns).
+    private func subscribe(_ names: [String], since: [SincePosition], id: RawJSON?) {
         guard let indices = resolve(names, id: id) else { return }
         let added = indices.filter { !channels.contains($0) }
-        let limit = hub.configuration.maxSubscriptions
+        let configuration = hub.configuration
+        let limit = configuration.maxSubscriptions
         guard channels.count + added.count <= limit else {
             return reply { w in
                 ClientReplies.error(code: "VALIDATION_ERROR", message: "at most \(limit) subscriptions per connection",
                                     details: nil, id: id, into: &w)
             }
         }
+        let hubEpoch = hub.broker.epoch
+        var reads: [StreamRead] = []
+        var resumes: [SincePosition?] = []
+        var knownEpoch: [Bool] = []
+        for (n, index) in indices.enumerated() {
+            let follow = added.contains(index)
+            let position = since.last { $0.channel == names[n] }
+            let generations = position.flatMap { Resume.generations(of: $0.epoch, hubEpoch: hubEpoch) }
+            resumes.append(position)
+            knownEpoch.append(generations != nil)
+            let max = configuration.recoveryMax
+            reads.append(StreamRead(stream: StreamKey(channel: index, account: account), follow: follow,
+                                    resume: generations.map { ResumePoint(generation: $0.account, seq: position?.seq ?? 0) }, limit: max))
+            reads.append(StreamRead(stream: StreamKey(channel: index, account: nil), follow: follow,
+                                    resume: generations.map { ResumePoint(generation: $0.broadcast, seq: position?.broadcastSeq ?? 0) }, limit: max))
+        }
         for index in added {
             context.registry.subscribe(self, account: account, channel: index)
             channels.append(index)
         }
-        reply { w in ClientReplies.subscribed(channels: names, id: id, into: &w) }
+        let read = hub.broker.attach(reads)
+        floorToken += 1
+        var positions: [ClientReplies.ChannelPosition] = []
+        // A replay may fill at most half the outbound cap, so the live events behind it still fit.
+        var budget = max(0, configuration.maxQueuedBytes / 2 - (connection?.queuedBytes ?? 0))
+        for (n, index) in indices.enumerated() {
+            let (a, b) = (read[2 * n], read[2 * n + 1])
+            var position = ClientReplies.ChannelPosition(
+                channel: names[n], epoch: Resume.channelEpoch(hubEpoch: hubEpoch, account: a.generation, broadcast: b.generation),
+                seq: a.seq, broadcastSeq: b.seq)
+            if resumes[n] != nil {
+                var outcome = knownEpoch[n] ? Resume.combine(a.replay, b.replay) : .failure(.epochChanged)
+                if case .success(let events) = outcome {
+                    let bytes = events.reduce(0) { $0 + $1.frame.count }
+                    if bytes > budget { outcome = .failure(.tooMany) } else { budget -= bytes }
+                }
+                switch outcome {
+                case .success(let events):
+                    guard replay(events) else { return }
+                    position.recovered = true
+                    context.counters.recoveries[0] += 1
+                case .failure(let failure):
+                    position.recovered = false
+                    position.reason = failure.rawValue
+                    context.counters.recoveries[RecoveryOutcome.index(of: failure)] += 1
+                }
+            }
+            floors.append(Floor(channel: index, broadcast: false, seq: a.seq, token: floorToken))
+            floors.append(Floor(channel: index, broadcast: true, seq: b.seq, token: floorToken))
+            positions.append(position)
+        }
+        reply { w in ClientReplies.subscribed(channels: names, positions: positions, id: id, into: &w) }
+        // Runs after every delivery job that was in this loop's inbox when the positions were read (the inbox is
+        // FIFO): from then on, every event for these streams is above its floor.
+        let me = LoopBound(self)
+        let token = floorToken
+        context.loop.execute { me.value?.dropFloors(upTo: token) }
+    }
+
+    /// Writes replayed frames (the history's own shared bytes). False when the connection could not take them.
+    private func replay(_ events: [PublishedEvent]) -> Bool {
+        guard let connection, phase == .webSocket else { return false }
+        for event in events {
+            if connection.write(event.frame) == .overCap {
+                slowConsumer()
+                return false
+            }
+            messagesOut += 1
+            context.counters.messagesOut += 1
+        }
+        context.counters.replayedEvents += events.count
+        return true
+    }
+
+    private func dropFloors(upTo token: Int) {
+        floors.removeAll { $0.token <= token }
     }
 
     private func unsubscribe(_ names: [String], id: RawJSON?) {
         guard let indices = resolve(names, id: id) else { return }
+        var left: [StreamKey] = []
         for index in indices {
             if let position = channels.firstIndex(of: index) {
                 context.registry.unsubscribe(self, account: account, channel: index)
                 channels.remove(at: position)
+                floors.removeAll { $0.channel == index }
+                left.append(StreamKey(channel: index, account: account))
+                left.append(StreamKey(channel: index, account: nil))
             }
         }
+        hub.broker.detach(left)
         reply { w in ClientReplies.unsubscribed(channels: names, id: id, into: &w) }
     }
 
@@ -465,8 +559,20 @@ final class ClientConnection: ConnectionHandler {
 
     // MARK: Fan-out
 
-    /// Hands an event frame to this connection. Returns whether it was accepted (counted as delivered).
-    func deliver(_ frame: SharedBytes) -> Bool {
+    /// Hands an event to this connection. Returns whether it was accepted (counted as delivered): false also for
+    /// an event the connection already has (at or below its floor for that stream).
+    @inline(__always)
+    func deliver(_ event: PublishedEvent) -> Bool {
+        if !floors.isEmpty && isAtOrBelowFloor(event) { return false }
+        return deliver(frame: event.frame)
+    }
+
+    private func isAtOrBelowFloor(_ event: PublishedEvent) -> Bool {
+        let broadcast = event.account == nil
+        return floors.contains { $0.channel == event.channel && $0.broadcast == broadcast && event.seq <= $0.seq }
+    }
+
+    private func deliver(frame: SharedBytes) -> Bool {
         guard phase == .webSocket, let connection else { return false }
         switch connection.write(frame) {
         case .accepted:
@@ -537,8 +643,16 @@ final class ClientConnection: ConnectionHandler {
     }
 
     private func unsubscribeAll() {
-        for channel in channels { context.registry.unsubscribe(self, account: account, channel: channel) }
+        guard !channels.isEmpty else { return }
+        var left: [StreamKey] = []
+        for channel in channels {
+            context.registry.unsubscribe(self, account: account, channel: channel)
+            left.append(StreamKey(channel: channel, account: account))
+            left.append(StreamKey(channel: channel, account: nil))
+        }
         channels.removeAll()
+        floors.removeAll()
+        hub.broker.detach(left)
     }
 
     // MARK: Timers

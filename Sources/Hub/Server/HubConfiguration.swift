@@ -31,6 +31,12 @@ public struct HubConfiguration: Sendable, Equatable {
     public var maxLineBytes = 1024 * 1024
     public var maxEventBytes = 256 * 1024
     public var shutdownTimeoutSeconds = 5
+    public var historySize = 100
+    public var historyTTLSeconds = 600
+    public var historyMemoryBytes = 64 << 20
+    public var recoveryMax = 100
+    public var idempotencyWindowSeconds = 300
+    public var idempotencyMaxKeys = 100_000
 
     public init() {}
 
@@ -55,7 +61,7 @@ public struct HubConfiguration: Sendable, Equatable {
               defaultText: { $0.listen }, apply: { c, v throws(ConfigurationError) in c.listen = try parseListen(v) }),
         .init(name: "socket", kind: .value(placeholder: "PATH"), help: "Unix socket for publishing and hubctl (mode 0660)",
               defaultText: { $0.socketPath }, apply: { c, v throws(ConfigurationError) in c.socketPath = try nonEmpty(v, "socket") }),
-        .init(name: "state-dir", kind: .value(placeholder: "DIR"), help: "where the hub keeps its generated JWT secret",
+        .init(name: "state-dir", kind: .value(placeholder: "DIR"), help: "where the hub keeps its generated JWT secret, and its recovery state across a graceful restart",
               defaultText: { $0.stateDirectory }, apply: { c, v throws(ConfigurationError) in c.stateDirectory = try nonEmpty(v, "state-dir") }),
         .init(name: "jwt-secret-file", kind: .value(placeholder: "FILE"), help: "HS256 secret (file text, surrounding whitespace ignored); HUB_JWT_SECRET gives the secret itself",
               defaultText: { _ in "generated in the state dir" }, apply: { c, v throws(ConfigurationError) in c.jwtSecretFile = try nonEmpty(v, "jwt-secret-file") }),
@@ -101,6 +107,18 @@ public struct HubConfiguration: Sendable, Equatable {
               defaultText: { "\($0.maxEventBytes)" }, apply: { c, v throws(ConfigurationError) in c.maxEventBytes = try parseInt(v, "max-event-bytes", 256...(16 << 20)) }),
         .init(name: "shutdown-timeout", kind: .value(placeholder: "DURATION"), help: "how long SIGTERM waits for close handshakes",
               defaultText: { "\($0.shutdownTimeoutSeconds)s" }, apply: { c, v throws(ConfigurationError) in c.shutdownTimeoutSeconds = try parseDuration(v, "shutdown-timeout", allowZero: true) }),
+        .init(name: "history-size", kind: .value(placeholder: "N"), help: "events kept per stream for clients that resume (0: none)",
+              defaultText: { "\($0.historySize)" }, apply: { c, v throws(ConfigurationError) in c.historySize = try parseInt(v, "history-size", 0...1_000_000) }),
+        .init(name: "history-ttl", kind: .value(placeholder: "DURATION"), help: "how long events are kept; a stream silent this long is forgotten",
+              defaultText: { "\($0.historyTTLSeconds / 60)m" }, apply: { c, v throws(ConfigurationError) in c.historyTTLSeconds = try parseDuration(v, "history-ttl") }),
+        .init(name: "history-memory", kind: .value(placeholder: "BYTES"), help: "cap on all history (frame bytes + 256 per event), oldest evicted first; accepts 512k, 64m, 1g",
+              defaultText: { "\($0.historyMemoryBytes >> 20)m" }, apply: { c, v throws(ConfigurationError) in c.historyMemoryBytes = try parseByteSize(v, "history-memory", 0...(1 << 40)) }),
+        .init(name: "recovery-max", kind: .value(placeholder: "N"), help: "most events replayed per stream when a client resumes (more: recovered false, too_many)",
+              defaultText: { "\($0.recoveryMax)" }, apply: { c, v throws(ConfigurationError) in c.recoveryMax = try parseInt(v, "recovery-max", 0...1_000_000) }),
+        .init(name: "idempotency-window", kind: .value(placeholder: "DURATION"), help: "how long a publish's idempotencyKey is remembered (0: off)",
+              defaultText: { "\($0.idempotencyWindowSeconds / 60)m" }, apply: { c, v throws(ConfigurationError) in c.idempotencyWindowSeconds = try parseDuration(v, "idempotency-window", allowZero: true) }),
+        .init(name: "idempotency-max-keys", kind: .value(placeholder: "N"), help: "idempotency keys remembered at most (oldest forgotten first)",
+              defaultText: { "\($0.idempotencyMaxKeys)" }, apply: { c, v throws(ConfigurationError) in c.idempotencyMaxKeys = try parseInt(v, "idempotency-max-keys", 0...10_000_000) }),
     ]
 
     public enum ParseOutcome: Equatable, Sendable {
@@ -207,6 +225,24 @@ public struct HubConfiguration: Sendable, Equatable {
             throw ConfigurationError(message: "expected a whole number in \(range.lowerBound)...\(range.upperBound), got '\(value)'")
         }
         return n
+    }
+
+    /// "65536", "512k", "64m", "1g" (powers of 1024; also "64MiB", "64MB") → bytes.
+    static func parseByteSize(_ value: String, _ what: String, _ range: ClosedRange<Int>) throws(ConfigurationError) -> Int {
+        let lower = value.lowercased()
+        let digits = lower.prefix { $0.isASCII && $0.isNumber }
+        let unit: Int
+        switch lower.dropFirst(digits.count) {
+        case "", "b": unit = 1
+        case "k", "kb", "kib": unit = 1 << 10
+        case "m", "mb", "mib": unit = 1 << 20
+        case "g", "gb", "gib": unit = 1 << 30
+        default: throw ConfigurationError(message: "expected a size like 65536, 512k, 64m or 1g, got '\(value)'")
+        }
+        guard let n = Int(digits), n <= range.upperBound / unit, range.contains(n * unit) else {
+            throw ConfigurationError(message: "expected a size in \(range.lowerBound)...\(range.upperBound) bytes, got '\(value)'")
+        }
+        return n * unit
     }
 
     static func parseBool(_ value: String, _ what: String) throws(ConfigurationError) -> Bool {

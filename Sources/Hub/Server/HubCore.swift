@@ -13,6 +13,8 @@ final class HubCore: Sendable {
     let authDescription: String
     let contexts: [LoopContext]
     let broker: any Broker
+    /// The same broker, for what only the local one does (its state file).
+    let localBroker: LocalBroker
     let maxConnections: Int
     let descriptorLimit: Int
     private let listenAddressProvider: @Sendable () -> String
@@ -28,14 +30,17 @@ final class HubCore: Sendable {
     private let perAccount = Mutex<[AccountID: Int]>([:])
 
     init(configuration: HubConfiguration, verifier: JWTVerifier, authDescription: String, contexts: [LoopContext],
-         maxConnections: Int, descriptorLimit: Int, listenAddress: @escaping @Sendable () -> String, log: @escaping @Sendable (String) -> Void) {
+         maxConnections: Int, descriptorLimit: Int, listenAddress: @escaping @Sendable () -> String, log: @escaping @Sendable (String) -> Void,
+         restoring saved: SavedBrokerState? = nil) {
         self.configuration = configuration
         channelNames = configuration.channels
         channelIndex = ChannelIndex(configuration.channels)
         self.verifier = verifier
         self.authDescription = authDescription
         self.contexts = contexts
-        broker = LocalBroker(channelNames: configuration.channels, shards: contexts.map { LoopShard(context: $0) })
+        localBroker = LocalBroker(channelNames: configuration.channels, shards: contexts.map { LoopShard(context: $0) },
+                                  options: configuration.brokerOptions, restoring: saved)
+        broker = localBroker
         self.maxConnections = maxConnections
         self.descriptorLimit = descriptorLimit
         listenAddressProvider = listenAddress
@@ -90,6 +95,36 @@ final class HubCore: Sendable {
         let now = openClients.subtract(1, ordering: .relaxed).newValue
         if now < maxConnections * 9 / 10, capacityWarned.load(ordering: .relaxed) {
             if capacityWarned.exchange(false, ordering: .relaxed) { log("below the connection limit again (\(now) open)") }
+        }
+    }
+
+    // MARK: Recovery state
+
+    /// After a successful start: says which epoch the hub numbers in, and removes the state file it resumed from
+    /// (from here on only a graceful stop writes one, so a crash or kill -9 means a new epoch next time).
+    func logRecoveryStart(restored saved: SavedBrokerState?) {
+        let stats = broker.statistics()
+        if let saved {
+            StateFile.remove(directory: configuration.stateDirectory)
+            let age = max(0, wallClockSeconds() - saved.savedAt)
+            log("recovery: resumed epoch \(stats.epoch) saved \(Int(age))s ago: \(stats.streams) streams, \(stats.events) events in history"
+                + ", \(stats.idempotencyKeys) idempotency keys")
+        } else {
+            log("recovery: new epoch \(stats.epoch) (no saved state)")
+        }
+    }
+
+    /// At the end of a graceful stop, once the loops have stopped: writes the epoch, every stream's numbering, the
+    /// history and the idempotency keys to the state directory for the next start.
+    func saveState() {
+        let saved = localBroker.exportState()
+        let bytes = StateFile.encode(saved)
+        do throws(StateFile.Invalid) {
+            try StateFile.write(bytes, directory: configuration.stateDirectory)
+            log("recovery: saved epoch \(saved.hubEpoch): \(saved.streams.count) streams, \(saved.events.count) events, "
+                + "\(saved.keys.count) idempotency keys (\(bytes.count) bytes) to \(StateFile.path(in: configuration.stateDirectory))")
+        } catch {
+            log("recovery: could not save the state: \(error.description); the next start begins a new epoch")
         }
     }
 
@@ -158,6 +193,19 @@ final class HubCore: Sendable {
             w.endObject()
             w.key("descriptors"); w.beginObject()
             w.field("open", openDescriptorCount()); w.field("limit", descriptorLimit)
+            w.endObject()
+            let history = broker.statistics()
+            w.key("history"); w.beginObject()
+            w.field("epoch", history.epoch)
+            w.field("bytes", history.historyBytes); w.field("limitBytes", history.historyLimitBytes)
+            w.field("events", history.events); w.field("streams", history.streams)
+            w.field("evictions", history.evictions); w.field("expirations", history.expirations)
+            w.field("forgottenStreams", history.forgottenStreams)
+            w.field("idempotencyKeys", history.idempotencyKeys); w.field("duplicates", history.duplicates)
+            w.key("recoveries"); w.beginObject()
+            for (i, label) in RecoveryOutcome.labels.enumerated() { w.key(label); w.int(total.counters.recoveries[i]) }
+            w.endObject()
+            w.field("replayedEvents", total.counters.replayedEvents)
             w.endObject()
             w.endObject()
             SocketReplies.finishOK(id: id, into: &w)
@@ -260,6 +308,35 @@ final class HubCore: Sendable {
         }
     }
 
+    /// Events retained more than this are listed in pages (`more`, then `since` = the last seq shown).
+    static let historyPageSize = 1000
+
+    /// `{"ok":true,"history":{...}}`: one stream's retained events after `since`, oldest first.
+    func historyJSON(_ key: StreamKey, since: UInt64, id: RawJSON?) -> [UInt8] {
+        let view = broker.history(key, after: since)
+        let events = view?.events ?? []
+        let shown = events.prefix(Self.historyPageSize)
+        var w = JSONWriter(capacity: 256 + 96 * shown.count)
+        SocketReplies.beginOK(into: &w)
+        w.key("history"); w.beginObject()
+        w.field("channel", channelNames[key.channel])
+        w.key("account"); if let a = key.account { w.string(a.string) } else { w.null() }
+        w.field("broadcast", key.account == nil)
+        w.key("epoch"); if let view { w.string(view.epoch) } else { w.null() }
+        w.field("seq", view?.seq ?? 0)
+        w.key("events"); w.beginArray()
+        for e in shown {
+            w.beginObject()
+            w.field("seq", e.seq); w.field("type", e.type); w.field("at", e.wallTime); w.field("size", e.frame.count)
+            w.endObject()
+        }
+        w.endArray()
+        w.field("more", events.count > shown.count)
+        w.endObject()
+        SocketReplies.finishOK(id: id, into: &w)
+        return w.takeBytes()
+    }
+
     /// Closes the matching connections with `code`; `done` gets how many were closed.
     func disconnect(_ target: DisconnectTarget, code: UInt16, reason: String, _ done: @escaping @Sendable (Int) -> Void) {
         let text = reason.isEmpty && code == 1000 ? "disconnected by operator" : reason
@@ -298,7 +375,8 @@ final class HubCore: Sendable {
     func gatherMetricsText(_ done: @escaping @Sendable (String) -> Void) {
         gather({ LoopSnapshot(context: $0, includeLatency: true) }) { [self] snapshots in
             done(MetricsText.render(snapshots: snapshots, channelNames: channelNames, maxConnections: maxConnections,
-                                    descriptorLimit: descriptorLimit, openDescriptors: openDescriptorCount()))
+                                    descriptorLimit: descriptorLimit, openDescriptors: openDescriptorCount(),
+                                    broker: broker.statistics()))
         }
     }
 }
@@ -367,6 +445,8 @@ struct LoopSnapshot: Sendable {
             counters.protocolErrors += s.counters.protocolErrors
             counters.httpRequests += s.counters.httpRequests
             counters.authFailures.merge(s.counters.authFailures, uniquingKeysWith: +)
+            for i in counters.recoveries.indices { counters.recoveries[i] += s.counters.recoveries[i] }
+            counters.replayedEvents += s.counters.replayedEvents
             engine = engine + s.engine
             subscriptions += s.subscriptions
             rates.messagesIn += s.rates.messagesIn
@@ -438,6 +518,16 @@ struct ConnectionInfo: Sendable {
         queuedBytes = c.connection?.queuedBytes ?? 0
         messagesIn = c.messagesIn
         messagesOut = c.messagesOut
+    }
+}
+
+extension HubConfiguration {
+    /// The local broker's history and idempotency options.
+    var brokerOptions: LocalBrokerOptions {
+        LocalBrokerOptions(history: HistoryLimits(size: historySize, ttlNanos: UInt64(historyTTLSeconds) * 1_000_000_000,
+                                                  memoryBytes: historyMemoryBytes),
+                           idempotencyWindowNanos: UInt64(idempotencyWindowSeconds) * 1_000_000_000,
+                           idempotencyMaxKeys: idempotencyMaxKeys)
     }
 }
 

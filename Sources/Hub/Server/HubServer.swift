@@ -36,10 +36,11 @@ public final class HubServer: Sendable {
         let contexts = group.loops.map { LoopContext(loop: $0, channelCount: configuration.channels.count) }
         contexts[0].ledger = PublishLedger(channelNames: configuration.channels)
 
+        let saved = StateFile.load(directory: configuration.stateDirectory, log: log)
         let listenText = Mutex("")
         let core = HubCore(configuration: configuration, verifier: verifier, authDescription: authDescription, contexts: contexts,
                            maxConnections: maxConnections, descriptorLimit: limits.soft,
-                           listenAddress: { listenText.withLock { $0 } }, log: log)
+                           listenAddress: { listenText.withLock { $0 } }, log: log, restoring: saved)
         for context in contexts {
             context.hub = core
             context.loop.execute { context.startHousekeeping() }
@@ -66,6 +67,7 @@ public final class HubServer: Sendable {
         log("hub \(HubVersion.string) listening on ws://\(address)/ws (\(threads) threads, up to \(maxConnections) connections)"
             + "; socket \(configuration.socketPath); channels \(configuration.channels.joined(separator: ","))"
             + "; auth \(authDescription)" + (configuration.echo ? "; /echo enabled" : ""))
+        core.logRecoveryStart(restored: saved)
         return server
     }
 
@@ -140,6 +142,7 @@ public final class HubServer: Sendable {
         let remaining = core.clientCount
         if remaining > 0 { core.log("shutdown: \(remaining) connections did not finish the close handshake in time; closing them") }
         group.shutdown()
+        core.saveState()
         core.log("hub stopped")
     }
 

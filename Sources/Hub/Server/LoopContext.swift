@@ -16,6 +16,22 @@ struct LoopCounters: Sendable {
     var protocolErrors = 0
     var authFailures: [String: Int] = [:]
     var httpRequests = 0
+    /// Resumes by outcome, in `RecoveryOutcome.labels` order.
+    var recoveries = [0, 0, 0, 0]
+    var replayedEvents = 0
+}
+
+/// The outcomes of a resume, as counted and labelled in `stats` and `/metrics`.
+enum RecoveryOutcome {
+    static let labels = ["recovered", RecoveryFailure.epochChanged.rawValue, RecoveryFailure.tooOld.rawValue, RecoveryFailure.tooMany.rawValue]
+
+    static func index(of failure: RecoveryFailure) -> Int {
+        switch failure {
+        case .epochChanged: return 1
+        case .tooOld: return 2
+        case .tooMany: return 3
+        }
+    }
 }
 
 /// Everything one event loop owns: its client connections, its subscription registry, its counters.
@@ -62,6 +78,7 @@ final class LoopContext: @unchecked Sendable {
                                           bytesIn: engine.bytesIn, bytesOut: engine.bytesOut))
             if rateSamples.count > 11 { rateSamples.removeFirst(rateSamples.count - 11) }
             ledger?.sample(now: now)
+            if ledger != nil { hub.broker.maintain() }  // loop 0 only: expire history, forget idle streams
         }
     }
 
@@ -95,7 +112,7 @@ final class LoopContext: @unchecked Sendable {
                 ?? registry.subscribers(channel: event.channel)
             guard !subscribers.isEmpty else { continue }
             var n = 0
-            for subscriber in subscribers where subscriber.deliver(event.frame) { n += 1 }
+            for subscriber in subscribers where subscriber.deliver(event) { n += 1 }
             counts[i] = n
             if n > 0 {
                 if now == 0 { now = monotonicNanos() }

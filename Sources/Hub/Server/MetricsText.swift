@@ -1,7 +1,7 @@
 /// Prometheus text exposition (format 0.0.4) for `GET /metrics`.
 enum MetricsText {
     static func render(snapshots: [LoopSnapshot], channelNames: [String], maxConnections: Int,
-                       descriptorLimit: Int, openDescriptors: Int) -> String {
+                       descriptorLimit: Int, openDescriptors: Int, broker: BrokerStatistics) -> String {
         var total = LoopSnapshot.Totals()
         var latency = LatencyHistogram()
         for s in snapshots {
@@ -38,6 +38,16 @@ enum MetricsText {
         metric("hub_protocol_errors_total", "counter", "WebSocket connections closed for protocol violations.", one(total.counters.protocolErrors))
         metric("hub_auth_failures_total", "counter", "Refused tokens by reason.",
                total.counters.authFailures.sorted { $0.key < $1.key }.map { ("{reason=\"\(escape($0.key))\"}", String($0.value)) })
+        metric("hub_recoveries_total", "counter", "Resumes (subscribe with since) by outcome, per channel.",
+               RecoveryOutcome.labels.enumerated().map { ("{outcome=\"\($0.element)\"}", String(total.counters.recoveries[$0.offset])) })
+        metric("hub_replayed_events_total", "counter", "Events replayed from history to resuming connections.", one(total.counters.replayedEvents))
+        metric("hub_history_bytes", "gauge", "Retained history: frame bytes plus a fixed overhead per event.", one(broker.historyBytes))
+        metric("hub_history_limit_bytes", "gauge", "The history memory cap (--history-memory).", one(broker.historyLimitBytes))
+        metric("hub_history_events", "gauge", "Events retained in history.", one(broker.events))
+        metric("hub_history_streams", "gauge", "Streams the hub keeps a sequence number for.", one(broker.streams))
+        metric("hub_history_evictions_total", "counter", "Events evicted from history to stay under --history-memory (oldest first).", one(broker.evictions))
+        metric("hub_history_expirations_total", "counter", "Events dropped from history after --history-ttl.", one(broker.expirations))
+        metric("hub_idempotent_duplicates_total", "counter", "Publishes not delivered again because their idempotencyKey was seen.", one(broker.duplicates))
         metric("hub_open_fds", "gauge", "Open file descriptors.", one(openDescriptors))
         metric("hub_max_fds", "gauge", "The open-file limit.", one(descriptorLimit))
 

@@ -159,6 +159,9 @@ final class SocketConnection: ConnectionHandler {
                     }
                 }
             }
+        case .history(let channel, let account, let since):
+            guard let index = hub.channelIndex[channel] else { return replyUnknownChannel(channel, id: id) }
+            append(Slot(hub.historyJSON(StreamKey(channel: index, account: account), since: since, id: id)))
         case .tail(let channel, let account):
             guard let index = hub.channelIndex[channel] else { return replyUnknownChannel(channel, id: id) }
             submitDrafts()  // publishes before the tail request are not tailed (see `tailAwaitingStart`)
@@ -186,7 +189,8 @@ final class SocketConnection: ConnectionHandler {
         // Until its reply comes back, a publish counts its line: the event is in fan-out meanwhile.
         let slot = Slot(estimate: line.count)
         append(slot)
-        drafts.append(EventDraft(channel: channel, account: account, type: request.type, data: request.dataBytes(in: line)))
+        drafts.append(EventDraft(channel: channel, account: account, type: request.type, data: request.dataBytes(in: line),
+                                 idempotencyKey: request.idempotencyKey.map { ExactString($0) }))
         draftSlots.append((slot, id))
     }
 
@@ -197,15 +201,15 @@ final class SocketConnection: ConnectionHandler {
         let me = LoopBound(self)
         let context = LoopBound(self.context)
         let loop = self.context.loop
-        hub.broker.publish(drafts) { events, delivered in
+        hub.broker.publish(drafts) { outcome in
             loop.execute {
                 // The ledger counts the batch even when its publisher has gone away meanwhile.
-                context.value?.ledger?.record(events, delivered: delivered)
+                context.value?.ledger?.record(outcome.events, delivered: outcome.delivered)
                 guard let me = me.value else { return }
                 var w = JSONWriter(capacity: 48)
-                for (i, entry) in waiting.value.enumerated() {
+                for (entry, reply) in zip(waiting.value, outcome.replies) {
                     w.reset()
-                    SocketReplies.published(seq: events[i].seq, delivered: delivered[i], id: entry.id, into: &w)
+                    SocketReplies.published(seq: reply.seq, delivered: reply.delivered, duplicate: reply.duplicate, id: entry.id, into: &w)
                     me.fill(entry.slot, w.takeBytes())
                 }
                 me.flushReplies()

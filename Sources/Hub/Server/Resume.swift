@@ -1,0 +1,48 @@
+/// How a `subscribe` turns a channel's two streams (the account's and the channel's broadcasts) into one position
+/// for the app, and a resume into one all-or-nothing answer. Pure functions: `ClientConnection.subscribe` does the I/O.
+enum Resume {
+    /// The channel's epoch as the app sees it: `<hub epoch>.<account stream generation>.<broadcast stream generation>`.
+    /// Opaque to the app; it changes when either stream's numbering may have restarted.
+    static func channelEpoch(hubEpoch: String, account: UInt64, broadcast: UInt64) -> String {
+        "\(hubEpoch).\(account).\(broadcast)"
+    }
+
+    /// The two generations an epoch stands for, if it is one of this hub's epochs (another hub epoch, or text that
+    /// is not an epoch at all, is nil: the numbering the app knew is gone).
+    static func generations(of epoch: String, hubEpoch: String) -> (account: UInt64, broadcast: UInt64)? {
+        let parts = epoch.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, parts[0] == hubEpoch, let a = UInt64(parts[1]), let b = UInt64(parts[2]) else { return nil }
+        return (a, b)
+    }
+
+    /// One answer for both streams: replay both or neither. The most fundamental failure wins (a restarted numbering,
+    /// then events gone, then too many).
+    static func combine(_ account: Result<[PublishedEvent], RecoveryFailure>?, _ broadcast: Result<[PublishedEvent], RecoveryFailure>?)
+        -> Result<[PublishedEvent], RecoveryFailure> {
+        let failures = [account, broadcast].compactMap { result -> RecoveryFailure? in
+            if case .failure(let f) = result { return f }
+            return nil
+        }
+        for failure in [RecoveryFailure.epochChanged, .tooOld, .tooMany] where failures.contains(failure) { return .failure(failure) }
+        var a: [PublishedEvent] = []
+        var b: [PublishedEvent] = []
+        if case .success(let events) = account { a = events }
+        if case .success(let events) = broadcast { b = events }
+        return .success(merge(a, b))
+    }
+
+    /// Both streams' events in the order they were published (each stream stays in seq order).
+    static func merge(_ a: [PublishedEvent], _ b: [PublishedEvent]) -> [PublishedEvent] {
+        if a.isEmpty { return b }
+        if b.isEmpty { return a }
+        var merged: [PublishedEvent] = []
+        merged.reserveCapacity(a.count + b.count)
+        var i = 0, j = 0
+        while i < a.count && j < b.count {
+            if b[j].acceptedAt < a[i].acceptedAt { merged.append(b[j]); j += 1 } else { merged.append(a[i]); i += 1 }
+        }
+        merged.append(contentsOf: a[i...])
+        merged.append(contentsOf: b[j...])
+        return merged
+    }
+}

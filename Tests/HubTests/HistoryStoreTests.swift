@@ -1,0 +1,407 @@
+import Foundation
+import Synchronization
+import Testing
+@testable import Hub
+
+/// The history store, the idempotency table, the state file and the local broker's publish/attach paths, without
+/// sockets (the process-level behaviour is in IntegrationRecoveryTests).
+@Suite struct HistoryStoreTests {
+    static let second: UInt64 = 1_000_000_000
+
+    static func event(_ key: StreamKey, seq: UInt64, at: UInt64, bytes: Int = 100, wall: Double = 0) -> PublishedEvent {
+        let frame = SharedBytes(count: bytes) { $0.initializeMemory(as: UInt8.self, repeating: 0x20) }
+        return PublishedEvent(channel: key.channel, account: key.account, type: "t", seq: seq, frame: frame, dataRange: 0..<0,
+                              acceptedAt: at, wallTime: wall)
+    }
+
+    @discardableResult
+    static func publish(_ store: inout HistoryStore, _ key: StreamKey, at now: UInt64, bytes: Int = 100) -> UInt64 {
+        let (stream, seq) = store.number(key, now: now)
+        store.retain(event(key, seq: seq, at: now, bytes: bytes), in: stream, now: now)
+        return seq
+    }
+
+    static func store(size: Int = 100, ttl: UInt64 = 600 * second, memory: Int = 64 << 20) -> HistoryStore {
+        HistoryStore(limits: HistoryLimits(size: size, ttlNanos: ttl, memoryBytes: memory), hubEpoch: "E")
+    }
+
+    static func seqs(_ read: HistoryRead) -> [UInt64]? {
+        if case .events(let events) = read { return events.map(\.seq) }
+        return nil
+    }
+
+    let a = StreamKey(channel: 0, account: "a")
+    let b = StreamKey(channel: 0, account: "b")
+    let broadcast = StreamKey(channel: 0, account: nil)
+
+    @Test func sequenceNumbersArePerStream() {
+        var store = Self.store()
+        let otherChannel = StreamKey(channel: 1, account: "a")
+        let numbers = [a, a, b, broadcast, otherChannel, a].map { Self.publish(&store, $0, at: 1) }
+        #expect(numbers == [1, 2, 1, 1, 1, 3])
+        // Byte-exact accounts: NFC and NFD "café" are two streams.
+        #expect(Self.publish(&store, StreamKey(channel: 0, account: "caf\u{e9}"), at: 1) == 1)
+        #expect(Self.publish(&store, StreamKey(channel: 0, account: "cafe\u{301}"), at: 1) == 1)
+    }
+
+    @Test func readsEverythingAfterAPositionOrSaysWhyNot() throws {
+        var store = Self.store(size: 5)
+        for _ in 1...8 { Self.publish(&store, a, at: 1) }
+        let stream = try #require(store.stream(a))
+        #expect(stream.firstRetainedSeq == 4)
+        #expect(Self.seqs(HistoryStore.read(stream, after: 8, limit: 100)) == [])
+        #expect(Self.seqs(HistoryStore.read(stream, after: 7, limit: 100)) == [8])
+        #expect(Self.seqs(HistoryStore.read(stream, after: 3, limit: 100)) == [4, 5, 6, 7, 8])
+        #expect(HistoryStore.read(stream, after: 2, limit: 100) == .tooOld)
+        #expect(HistoryStore.read(stream, after: 0, limit: 100) == .tooOld)
+        #expect(HistoryStore.read(stream, after: 9, limit: 100) == .ahead)
+        #expect(HistoryStore.read(stream, after: 3, limit: 4) == .tooMany)
+        #expect(Self.seqs(HistoryStore.read(stream, after: 3, limit: 5)) == [4, 5, 6, 7, 8])
+        #expect(HistoryStore.retained(stream, after: 6).map(\.seq) == [7, 8])
+        #expect(store.eventCount == 5 && store.bytes == 5 * (100 + HistoryLimits.perEventOverhead))
+    }
+
+    @Test func theMemoryCapEvictsTheGloballyOldestFirst() throws {
+        let cost = 100 + HistoryLimits.perEventOverhead
+        var store = Self.store(memory: 10 * cost)
+        var published: [(StreamKey, UInt64)] = []
+        for i in 0..<30 {
+            let key = [a, b, broadcast][i % 3]
+            published.append((key, Self.publish(&store, key, at: UInt64(i))))
+            #expect(store.bytes <= 10 * cost)
+        }
+        #expect(store.evictions == 20 && store.eventCount == 10)
+        // What is left is exactly the last 10 published, each stream contiguous up to its top.
+        for key in [a, b, broadcast] {
+            let stream = try #require(store.stream(key))
+            let expected = published.suffix(10).filter { $0.0 == key }.map(\.1)
+            #expect(HistoryStore.retained(stream, after: 0).map(\.seq) == expected)
+            #expect(HistoryStore.read(stream, after: 0, limit: 100) == .tooOld)
+        }
+    }
+
+    @Test func eventsExpireAfterTheTTLAndIdleStreamsAreForgotten() throws {
+        let ttl = 10 * Self.second
+        var store = Self.store(ttl: ttl)
+        Self.publish(&store, a, at: 0)
+        Self.publish(&store, a, at: 0)
+        let generation = try #require(store.stream(a)).generation
+        store.maintain(now: 5 * Self.second)
+        #expect(store.eventCount == 2)
+        store.maintain(now: ttl)
+        #expect(store.eventCount == 0 && store.expirations == 2)
+        // No event left and nothing published for a TTL: forgotten. It starts again at 1, in a new generation.
+        #expect(store.stream(a) == nil && store.streamCount == 0)
+        #expect(Self.publish(&store, a, at: ttl) == 1)
+        #expect(try #require(store.stream(a)).generation != generation)
+    }
+
+    @Test func aFollowedStreamIsKeptAndForgottenATTLAfterItsLastFollowerLeft() {
+        let ttl = 10 * Self.second
+        var store = Self.store(ttl: ttl)
+        _ = store.follow(a, now: 0)
+        _ = store.follow(a, now: 0)
+        store.maintain(now: 100 * Self.second)
+        #expect(store.stream(a) != nil)
+        store.unfollow(a, now: 100 * Self.second)
+        store.unfollow(a, now: 100 * Self.second)
+        store.maintain(now: 105 * Self.second)
+        #expect(store.stream(a) != nil)
+        store.maintain(now: 110 * Self.second)
+        #expect(store.stream(a) == nil)
+        #expect(store.idleEntryCount == 0)
+    }
+
+    @Test func withHistoryOffStreamsAreNumberedAndStillForgotten() throws {
+        let ttl = 10 * Self.second
+        var store = Self.store(size: 0, ttl: ttl)
+        #expect(Self.publish(&store, a, at: 0) == 1)
+        #expect(Self.publish(&store, a, at: Self.second) == 2)
+        let stream = try #require(store.stream(a))
+        #expect(HistoryStore.read(stream, after: 1, limit: 100) == .tooOld)
+        #expect(Self.seqs(HistoryStore.read(stream, after: 2, limit: 100)) == [])
+        #expect(store.eventCount == 0 && store.bytes == 0)
+        store.maintain(now: ttl)  // the idle entry was queued at 0; the last publish was at 1 s: look again later
+        #expect(store.stream(a) != nil)
+        store.maintain(now: 2 * ttl)
+        #expect(store.stream(a) == nil)
+    }
+
+    @Test func thePublishOrderFIFOStaysBoundedUnderAHotStream() {
+        var store = Self.store(size: 3)
+        for i in 0..<100_000 {
+            Self.publish(&store, a, at: UInt64(i))
+            if i % 10 == 0 { Self.publish(&store, b, at: UInt64(i)) }
+        }
+        #expect(store.eventCount == 6)
+        #expect(store.orderEntryCount < 2 * 6 + 2100, "\(store.orderEntryCount)")
+    }
+
+    /// 100 000 streams, one event each, under a 1 MiB cap: the cap holds throughout, the oldest go first, and a TTL
+    /// later every stream is forgotten (the table does not grow with the number of accounts ever seen).
+    @Test func aHundredThousandStreamsStayUnderTheCapAndAreForgotten() {
+        let ttl = 10 * Self.second
+        let cap = 1 << 20
+        var store = Self.store(ttl: ttl, memory: cap)
+        var maxBytes = 0
+        for i in 0..<100_000 {
+            Self.publish(&store, StreamKey(channel: 0, account: AccountID("acc_\(i)")), at: UInt64(i), bytes: 200)
+            maxBytes = max(maxBytes, store.bytes)
+        }
+        #expect(maxBytes <= cap)
+        let perEvent = 200 + HistoryLimits.perEventOverhead
+        #expect(store.eventCount == cap / perEvent && store.evictions == 100_000 - cap / perEvent)
+        #expect(store.stream(StreamKey(channel: 0, account: "acc_99999"))?.firstRetainedSeq == 1)
+        #expect(store.stream(StreamKey(channel: 0, account: "acc_0"))?.firstRetainedSeq == nil)
+        for round in 1...4 { store.maintain(now: UInt64(round) * ttl + 100_000) }
+        #expect(store.streamCount == 0 && store.eventCount == 0 && store.bytes == 0)
+        #expect(store.orderEntryCount == 0 && store.idleEntryCount == 0)
+    }
+
+    @Test func theRingMatchesAnArray() {
+        var ring = Ring<Int>()
+        var model: [Int] = []
+        var rng = SystemRandomNumberGenerator()
+        for i in 0..<20_000 {
+            if Int.random(in: 0..<3, using: &rng) == 0 || model.isEmpty {
+                for j in 0..<Int.random(in: 1...40, using: &rng) { ring.append(i * 100 + j); model.append(i * 100 + j) }
+            } else {
+                #expect(ring.removeFirst() == model.removeFirst())
+            }
+            if i % 997 == 0 {
+                #expect((0..<ring.count).map { ring[$0] } == model)
+                #expect(ring.capacity <= max(16, 4 * model.count + 4))
+            }
+        }
+        #expect(ring.first == model.first && ring.last == model.last && ring.count == model.count)
+        ring.retainAll { $0 % 2 == 0 }
+        #expect((0..<ring.count).map { ring[$0] } == model.filter { $0 % 2 == 0 })
+    }
+
+    @Test func idempotencyKeysLeaveAfterTheWindowOrBeyondTheCount() {
+        var table = IdempotencyTable(windowNanos: 10 * Self.second, maxKeys: 3)
+        table.insert(a, "k1", seq: 1, now: 0, wallTime: 0)
+        #expect(table.lookup(a, "k1", now: Self.second)?.seq == 1)
+        #expect(table.lookup(b, "k1", now: Self.second) == nil)  // scoped per stream
+        #expect(table.lookup(a, "K1", now: Self.second) == nil)
+        table.insert(a, "k2", seq: 2, now: Self.second, wallTime: 0)
+        table.insert(a, "k3", seq: 3, now: Self.second, wallTime: 0)
+        table.insert(a, "k4", seq: 4, now: Self.second, wallTime: 0)
+        #expect(table.count == 3 && table.lookup(a, "k1", now: Self.second) == nil)
+        #expect(table.lookup(a, "k2", now: 11 * Self.second - 1)?.seq == 2)
+        #expect(table.lookup(a, "k2", now: 11 * Self.second) == nil && table.count == 0)
+        var off = IdempotencyTable(windowNanos: 0, maxKeys: 3)
+        #expect(off.insert(a, "k", seq: 1, now: 0, wallTime: 0) == nil && off.lookup(a, "k", now: 0) == nil)
+    }
+
+    @Test func channelEpochs() {
+        let epoch = Resume.channelEpoch(hubEpoch: "AbC-_9", account: 12, broadcast: 3)
+        #expect(epoch == "AbC-_9.12.3")
+        #expect(Resume.generations(of: epoch, hubEpoch: "AbC-_9")! == (12, 3))
+        for bad in ["", "AbC-_9", "AbC-_9.12", "Other.12.3", "AbC-_9.x.3", "AbC-_9.12.3.4", "AbC-_9.-1.3", ".12.3"] {
+            #expect(Resume.generations(of: bad, hubEpoch: "AbC-_9") == nil, "\(bad)")
+        }
+        let x = (1...3).map { Self.event(a, seq: $0, at: [10, 20, 30][Int($0) - 1]) }
+        let y = (1...2).map { Self.event(broadcast, seq: $0, at: [15, 30][Int($0) - 1]) }
+        #expect(Resume.merge(x, y).map(\.acceptedAt) == [10, 15, 20, 30, 30])
+        #expect(Resume.combine(.success(x), .failure(.tooMany)) == .failure(.tooMany))
+        #expect(Resume.combine(.failure(.tooMany), .failure(.tooOld)) == .failure(.tooOld))
+        #expect(Resume.combine(.failure(.tooOld), .failure(.epochChanged)) == .failure(.epochChanged))
+    }
+}
+
+extension Result where Success == [PublishedEvent], Failure == RecoveryFailure {
+    static func == (l: Self, r: Self) -> Bool {
+        switch (l, r) {
+        case (.success(let x), .success(let y)): return x.map(\.seq) == y.map(\.seq)
+        case (.failure(let x), .failure(let y)): return x == y
+        default: return false
+        }
+    }
+}
+
+// MARK: - The state file
+
+@Suite struct StateFileTests {
+    static let sample = SavedBrokerState(
+        hubEpoch: "q1w2e3r4t5y", nextGeneration: 9, savedAt: 1_700_000_000.25, channelNames: ["wallet_updates", "profile_updates"],
+        streams: [.init(channel: 0, account: "acc_1", generation: 3, lastSeq: 7), .init(channel: 1, account: nil, generation: 8, lastSeq: 2)],
+        events: [.init(stream: 0, seq: 7, wallTime: 1_700_000_000, type: "t", payload: Array(#"{"type":"t","channel":"wallet_updates","seq":7,"data":{"x":"é"}}"#.utf8),
+                       dataStart: 51, dataEnd: 61)],
+        keys: [.init(channel: 0, account: "acc_1", key: "k-1", seq: 7, delivered: 2, wallTime: 1_700_000_000)])
+
+    @Test func roundTrips() throws {
+        let bytes = StateFile.encode(Self.sample)
+        #expect(Array(bytes.prefix(8)) == Array("HUBSTATE".utf8))
+        #expect(try StateFile.decode(bytes) == Self.sample)
+    }
+
+    @Test func corruptTruncatedAndForeignFilesAreRefusedWithAReason() {
+        let bytes = StateFile.encode(Self.sample)
+        func reason(_ b: [UInt8]) -> String {
+            do { _ = try StateFile.decode(b); return "accepted" } catch { return error.description }
+        }
+        var flipped = bytes
+        flipped[bytes.count - 5] ^= 0x01
+        #expect(reason(flipped).contains("checksum"))
+        #expect(reason(Array(bytes.dropLast(3))).contains("truncated"))
+        #expect(reason(Array("#!/bin/sh\necho hello\n".utf8) + Array(repeating: 0, count: 40)).contains("not a hub state file"))
+        #expect(reason([]).contains("too short"))
+        var version = bytes
+        version[8] = 2
+        #expect(reason(version).contains("version 2"))
+    }
+
+    /// Garbage with a valid header and checksum is refused (or decoded), never a crash or a huge allocation.
+    @Test func randomPayloadsWithValidChecksumsNeverCrash() {
+        var rng = SystemRandomNumberGenerator()
+        let valid = StateFile.encode(Self.sample)
+        for i in 0..<3000 {
+            var payload: [UInt8]
+            if i % 2 == 0 {
+                payload = Array(valid[StateFile.headerSize...])
+                for _ in 0..<Int.random(in: 1...6, using: &rng) {
+                    payload[Int.random(in: 0..<payload.count, using: &rng)] = UInt8.random(in: 0...255, using: &rng)
+                }
+            } else {
+                payload = (0..<Int.random(in: 0..<200, using: &rng)).map { _ in UInt8.random(in: 0...255, using: &rng) }
+            }
+            var w = ByteWriter()
+            w.raw(StateFile.magic)
+            w.u32(StateFile.version)
+            w.u32(0)
+            w.u64(UInt64(payload.count))
+            w.u32(StateFile.crc32(payload))
+            w.raw(payload)
+            _ = try? StateFile.decode(w.bytes)
+        }
+    }
+}
+
+// MARK: - The local broker
+
+/// A fan-out shard that holds deliveries until the test releases them (each counts one connection per event).
+final class HeldShard: FanoutShard {
+    private let held = Mutex<[(EventBatch, @Sendable ([Int]) -> Void)]>([])
+
+    func deliver(_ batch: EventBatch, done: @escaping @Sendable ([Int]) -> Void) {
+        held.withLock { $0.append((batch, done)) }
+    }
+
+    func release() {
+        let all = held.withLock { h in defer { h.removeAll() }; return h }
+        for (batch, done) in all { done(batch.events.map { _ in 1 }) }
+    }
+}
+
+final class Outcomes: Sendable {
+    private let all = Mutex<[PublishOutcome]>([])
+    var list: [PublishOutcome] { all.withLock { $0 } }
+    func record(_ o: PublishOutcome) { all.withLock { $0.append(o) } }
+}
+
+@Suite struct LocalBrokerTests {
+    static let options = LocalBrokerOptions(history: HistoryLimits(size: 100, ttlNanos: 600 * 1_000_000_000, memoryBytes: 64 << 20),
+                                            idempotencyWindowNanos: 300 * 1_000_000_000, idempotencyMaxKeys: 1000)
+
+    static func publish(_ broker: LocalBroker, _ drafts: [(account: String?, key: String?)], into outcomes: Outcomes) {
+        let data = Array("{}".utf8)
+        data.withUnsafeBytes { raw in
+            let list = drafts.map { EventDraft(channel: 0, account: $0.account.map { AccountID($0) }, type: "t", data: raw,
+                                               idempotencyKey: $0.key.map { ExactString($0) }) }
+            broker.publish(list) { outcomes.record($0) }
+        }
+    }
+
+    @Test func aRepeatedKeyIsNotDeliveredAgainAndWaitsForTheFirst() {
+        let shard = HeldShard()
+        let broker = LocalBroker(channelNames: ["c"], shards: [shard], options: Self.options)
+        let first = Outcomes(), second = Outcomes(), third = Outcomes()
+        // The same key twice in one batch, and again in a second batch while the first is in flight.
+        Self.publish(broker, [("a", "k"), ("a", "k"), ("b", "k"), ("a", nil)], into: first)
+        Self.publish(broker, [("a", "k")], into: second)
+        #expect(first.list.isEmpty && second.list.isEmpty)
+        shard.release()
+        #expect(first.list.count == 1 && second.list.count == 1)
+        #expect(first.list.first?.replies == [
+            PublishReply(seq: 1, delivered: 1, duplicate: false), PublishReply(seq: 1, delivered: 1, duplicate: true),
+            PublishReply(seq: 1, delivered: 1, duplicate: false), PublishReply(seq: 2, delivered: 1, duplicate: false),
+        ])
+        #expect(first.list.first?.events.map(\.seq) == [1, 1, 2])
+        #expect(second.list.first?.replies == [PublishReply(seq: 1, delivered: 1, duplicate: true)])
+        #expect(second.list.first?.events.isEmpty == true)
+        // Once known, a repeat completes at once, without any fan-out.
+        Self.publish(broker, [("a", "k")], into: third)
+        #expect(third.list.first?.replies == [PublishReply(seq: 1, delivered: 1, duplicate: true)])
+        #expect(broker.statistics().duplicates == 3)
+    }
+
+    @Test func attachReadsPositionsAndReplaysOnlyWithTheRightGeneration() throws {
+        let shard = HeldShard()
+        let broker = LocalBroker(channelNames: ["c"], shards: [shard], options: Self.options)
+        let outcomes = Outcomes()
+        let a = StreamKey(channel: 0, account: "a")
+        let start = broker.attach([StreamRead(stream: a, follow: true, resume: nil, limit: 10)])
+        #expect(start.first?.seq == 0)
+        let generation = try #require(start.first?.generation)
+        Self.publish(broker, [("a", nil), ("a", nil), ("a", nil)], into: outcomes)
+        shard.release()
+        let read = broker.attach([
+            StreamRead(stream: a, follow: false, resume: ResumePoint(generation: generation, seq: 1), limit: 10),
+            StreamRead(stream: a, follow: false, resume: ResumePoint(generation: generation + 1, seq: 1), limit: 10),
+            StreamRead(stream: a, follow: false, resume: ResumePoint(generation: generation, seq: 0), limit: 2),
+        ])
+        #expect(read.map(\.seq) == [3, 3, 3])
+        #expect(read[0].replay.map { $0 == .success(broker.history(a, after: 1)?.events ?? []) } == true)
+        #expect(read[1].replay.map { $0 == .failure(.epochChanged) } == true)
+        #expect(read[2].replay.map { $0 == .failure(.tooMany) } == true)
+        broker.detach([a])
+    }
+
+    @Test func stateRoundTripsThroughTheFile() throws {
+        let shard = HeldShard()
+        let broker = LocalBroker(channelNames: ["c", "d"], shards: [shard], options: Self.options)
+        let outcomes = Outcomes()
+        Self.publish(broker, [("a", "k1"), ("a", nil), (nil, nil), ("b", "k2")], into: outcomes)
+        shard.release()
+        let a = StreamKey(channel: 0, account: "a")
+        let generation = try #require(broker.attach([StreamRead(stream: a, follow: false, resume: nil, limit: 0)]).first?.generation)
+        let saved = try StateFile.decode(StateFile.encode(broker.exportState()))
+        #expect(saved.hubEpoch == broker.epoch && saved.events.count == 4 && saved.keys.count == 2)
+
+        // Restored with the channels in another order: matched by name.
+        let restored = LocalBroker(channelNames: ["d", "c"], shards: [shard], options: Self.options, restoring: saved)
+        #expect(restored.epoch == broker.epoch)
+        let moved = StreamKey(channel: 1, account: "a")
+        let read = restored.attach([StreamRead(stream: moved, follow: true, resume: ResumePoint(generation: generation, seq: 0), limit: 10)])
+        #expect(read.first?.seq == 2)
+        guard case .success(let events)? = read.first?.replay else { Issue.record("no replay: \(String(describing: read.first?.replay))"); return }
+        #expect(events.map(\.seq) == [1, 2])
+        #expect(String(decoding: events[0].payload, as: UTF8.self) == #"{"type":"t","channel":"c","seq":1,"data":{}}"#)
+        #expect(String(decoding: events[0].data, as: UTF8.self) == "{}")
+        let after = Outcomes()
+        let data = Array("{}".utf8)
+        data.withUnsafeBytes { raw in
+            restored.publish([EventDraft(channel: 1, account: "a", type: "t", data: raw),
+                              EventDraft(channel: 1, account: "a", type: "t", data: raw, idempotencyKey: "k1")]) { after.record($0) }
+        }
+        shard.release()
+        #expect(after.list.first?.replies == [PublishReply(seq: 3, delivered: 1, duplicate: false),
+                                             PublishReply(seq: 1, delivered: 1, duplicate: true)])
+    }
+
+    @Test func expiredEventsAreDroppedOnLoadButNumberingGoesOn() throws {
+        var saved = StateFileTests.sample
+        saved.channelNames = ["wallet_updates"]
+        saved.streams = [saved.streams[0]]
+        saved.events[0].wallTime = wallClockSeconds() - 3600
+        saved.keys[0].wallTime = wallClockSeconds() - 3600
+        let broker = LocalBroker(channelNames: ["wallet_updates"], shards: [HeldShard()], options: Self.options, restoring: saved)
+        let stats = broker.statistics()
+        #expect(stats.events == 0 && stats.idempotencyKeys == 0 && stats.streams == 1)
+        let read = broker.attach([StreamRead(stream: StreamKey(channel: 0, account: "acc_1"), follow: false,
+                                             resume: ResumePoint(generation: 3, seq: 6), limit: 10)])
+        #expect(read.first?.seq == 7)
+        #expect(read.first?.replay.map { $0 == .failure(.tooOld) } == true)
+    }
+}
