@@ -146,6 +146,9 @@ def client_seeds():
     s["echo_big_spill"] = encode(ECHO, frame(0x2, bytes(i & 0xFF for i in range(6000))) + close(), 200)
     s["echo_small_slow_consumer"] = encode(ECHO | SMALL, frame(0x2, b"z" * 250) * 20)
     s["echo_small_too_big"] = encode(ECHO | SMALL, frame(0x2, b"z" * 301))
+    # Found by the Client target: 16 echoes fill the 4 KiB queue, then a frame with RSV bits: the 1002 close frame was
+    # refused by the queue cap and TCP closed without it.
+    s["regress_fail_close_at_queue_cap"] = encode(ECHO | SMALL, frame(0x2, b"z" * 250) * 16 + b"\x7a\x80\0\0\0\0")
     long_text = b"hello hello hello hello hello hello hello hello hello hello hello hello hello!"
     s["echo_deflate"] = encode(ECHO_DEFLATE, frame(0x1, deflate(long_text), rsv1=True) + frame(0x1, b"plain") + close())
     s["echo_deflate_bytewise"] = encode(ECHO_DEFLATE, frame(0x1, deflate(long_text), rsv1=True) + close(), 1)

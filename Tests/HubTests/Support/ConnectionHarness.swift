@@ -611,47 +611,52 @@ final class ConnectionHarness {
         // The client's frames, as the hub must have read them.
         let limit = echoMode ? hub.configuration.maxEchoMessageBytes : hub.configuration.maxMessageBytes
         let client = Self.decodeClientFrames(Array(sent[headEnd...]), limit: limit, deflate: deflate, stopAtBinary: !echoMode)
+        func failure(_ what: String) -> HarnessFailure {
+            HarnessFailure(what + " [hub: \(server.messages.count) messages, \(server.pongs.count) pongs, close \(server.closeCode.map(String.init) ?? "none"), "
+                           + "TCP \(peer.eof ? "closed" : "open"), phase \(phase.map { "\($0)" } ?? "gone"); client: \(client.messages.count) messages, "
+                           + "\(client.pings.count) pings, then \(client.stop); \(sent.count) bytes sent, \(out.count) received]")
+        }
 
         // Hub-initiated closes that need no client fault: a slow consumer (4008), abuse of the rate limit (1008).
         let hubInitiated = server.closeCode == 4008 || (server.closeCode == 1008 && !echoMode)
-        if server.closeCode == 1008 && echoMode { throw HarnessFailure("/echo closed with 1008") }
+        if server.closeCode == 1008 && echoMode { throw failure("/echo closed with 1008") }
 
         switch client.stop {
         case .none:
-            if let code = server.closeCode, !hubInitiated { throw HarnessFailure("the hub closed (\(code)) though the client did nothing wrong") }
+            if let code = server.closeCode, !hubInitiated { throw failure("the hub closed (\(code)) though the client did nothing wrong") }
         case .close:
-            if server.closeCode == nil { throw HarnessFailure("no close frame in answer to the client's close") }
-            if !peer.eof { throw HarnessFailure("TCP left open after the close handshake (RFC 6455 5.5.1)") }
+            if server.closeCode == nil { throw failure("no close frame in answer to the client's close") }
+            if !peer.eof { throw failure("TCP left open after the close handshake (RFC 6455 5.5.1)") }
         case .violation(let code):
             if !hubInitiated {
                 guard server.closeCode == code else {
-                    throw HarnessFailure("violation answered with close \(server.closeCode.map(String.init) ?? "none"), expected \(code)")
+                    throw failure("violation answered with close \(server.closeCode.map(String.init) ?? "none"), expected \(code)")
                 }
             }
-            if !peer.eof && !(hubInitiated && phase == .closing) { throw HarnessFailure("TCP left open after failing the connection (RFC 6455 7.1.7)") }
+            if !peer.eof && !(hubInitiated && phase == .closing) { throw failure("TCP left open after failing the connection (RFC 6455 7.1.7)") }
         case .binaryOnWS:
             if !hubInitiated && server.closeCode != CloseCode.unsupportedData.rawValue {
-                throw HarnessFailure("a binary message on /ws answered with close \(server.closeCode.map(String.init) ?? "none"), expected 1003")
+                throw failure("a binary message on /ws answered with close \(server.closeCode.map(String.init) ?? "none"), expected 1003")
             }
-            if !peer.eof && !(hubInitiated && phase == .closing) { throw HarnessFailure("TCP left open after failing the connection") }
+            if !peer.eof && !(hubInitiated && phase == .closing) { throw failure("TCP left open after failing the connection") }
         }
         if server.closeCode != nil && !peer.eof && phase != .closing {
-            throw HarnessFailure("a close frame was sent but the connection neither closed nor waits for the client's (phase \(String(describing: phase)))")
+            throw failure("a close frame was sent but the connection neither closed nor waits for the client's (phase \(String(describing: phase)))")
         }
 
         // Pongs: one per ping, same payload, unless the hub closed on its own first.
         if !hubInitiated && server.pongs != client.pings {
-            throw HarnessFailure("\(client.pings.count) pings answered by \(server.pongs.count) pongs (or different payloads)")
+            throw failure("\(client.pings.count) pings answered by \(server.pongs.count) pongs (or different payloads)")
         }
 
         if echoMode {
             let echoed = server.messages.map(\.payload)
             let expected = client.messages.map(\.payload)
             if hubInitiated ? !expected.starts(with: echoed) : echoed != expected {
-                throw HarnessFailure("/echo sent \(echoed.count) messages back for \(expected.count) (or different ones)")
+                throw failure("/echo sent \(echoed.count) messages back for \(expected.count) (or different ones)")
             }
             if server.messages.map(\.text) != client.messages.prefix(server.messages.count).map(\.text) {
-                throw HarnessFailure("/echo changed a message's opcode")
+                throw failure("/echo changed a message's opcode")
             }
         } else {
             // /ws: every message is a JSON object with a type; one reply per text message; events in seq order.
@@ -659,13 +664,13 @@ final class ConnectionHarness {
             var events = 0
             var lastSeq: [String: Int64] = [:]
             for message in server.messages {
-                guard message.text else { throw HarnessFailure("/ws sent a binary message") }
+                guard message.text else { throw failure("/ws sent a binary message") }
                 let info = try Self.wsMessageInfo(message.payload)
                 if info.type == Self.eventType {
                     events += 1
-                    guard let seq = info.seq else { throw HarnessFailure("an event without seq") }
+                    guard let seq = info.seq else { throw failure("an event without seq") }
                     let stream = info.channel + (info.broadcast ? "/*" : "/acc")
-                    if let last = lastSeq[stream], seq <= last { throw HarnessFailure("seq \(seq) after \(last) on \(stream)") }
+                    if let last = lastSeq[stream], seq <= last { throw failure("seq \(seq) after \(last) on \(stream)") }
                     lastSeq[stream] = seq
                 } else if info.type != "token_expiring" {
                     replies += 1
@@ -673,18 +678,18 @@ final class ConnectionHarness {
             }
             let texts = client.messages.count
             if hubInitiated ? replies > texts : replies != texts {
-                throw HarnessFailure("\(replies) replies to \(texts) text messages")
+                throw failure("\(replies) replies to \(texts) text messages")
             }
             let counted = deliveries.reduce(0) { $0 + ($1.record.delivered?.first ?? 0) }
-            if deliveries.contains(where: { $0.record.delivered == nil }) { throw HarnessFailure("a publish never completed") }
+            if deliveries.contains(where: { $0.record.delivered == nil }) { throw failure("a publish never completed") }
             for d in deliveries {
                 let n = d.record.delivered?.first ?? 0
                 if n > d.expected || (n < d.expected && server.closeCode != 4008) {
-                    throw HarnessFailure("an event was delivered to \(n) connections where the subscriptions say \(d.expected)")
+                    throw failure("an event was delivered to \(n) connections where the subscriptions say \(d.expected)")
                 }
             }
             if server.closeCode != 4008 && events != counted {
-                throw HarnessFailure("the broker counted \(counted) deliveries, the client got \(events) events")
+                throw failure("the broker counted \(counted) deliveries, the client got \(events) events")
             }
         }
         return result
