@@ -25,6 +25,7 @@ let package = Package(
         .executableTarget(name: "hubctl", dependencies: ["Hub"], swiftSettings: strictSettings),
         .testTarget(name: "WSProtocolTests", dependencies: ["WSProtocol"],
                     resources: [.copy("Corpus")], swiftSettings: strictSettings),
-        .testTarget(name: "HubTests", dependencies: ["Hub", "WSProtocol"], swiftSettings: strictSettings),
+        .testTarget(name: "HubTests", dependencies: ["Hub", "WSProtocol"],
+                    resources: [.copy("Corpus")], swiftSettings: strictSettings),
     ]
 )

@@ -82,7 +82,19 @@ public final class EventLoop: @unchecked Sendable {
     public internal(set) var metrics = EngineMetrics()
 
     /// Creates the loop and starts its thread. Returns once the thread runs.
-    public init(index: Int = 0, configuration: Configuration = .init()) throws(SyscallError) {
+    public convenience init(index: Int = 0, configuration: Configuration = .init()) throws(SyscallError) {
+        try self.init(index: index, configuration: configuration, drivenByCaller: false)
+    }
+
+    /// A loop without a thread of its own, for fuzzing and deterministic tests: the calling thread becomes the
+    /// loop thread and drives it with `runOnce()`, one non-blocking iteration at a time; `finishDriven()` tears it
+    /// down (closes what is still registered). `execute` from another thread still works (the job waits for the
+    /// next `runOnce`); `stop`, `join` and `submitAndWait` are not for such a loop.
+    convenience init(drivenByCallerWith configuration: Configuration, index: Int = 0) throws(SyscallError) {
+        try self.init(index: index, configuration: configuration, drivenByCaller: true)
+    }
+
+    private init(index: Int, configuration: Configuration, drivenByCaller: Bool) throws(SyscallError) {
         self.index = index
         self.configuration = configuration
         epoll = try Epoll(capacity: configuration.maxEventsPerWait)
@@ -94,6 +106,11 @@ public final class EventLoop: @unchecked Sendable {
         // Generation 0 is never handed out, so the wake fd's events can't be mistaken for a handler's.
         // (Every stored property is set by now, so on a throw `deinit` runs and closes the fds.)
         try epoll.add(fd: wakeFD, generation: 0, events: Epoll.input)
+        if drivenByCaller {
+            threadID = pthread_self()
+            joined.withLock { $0 = true }  // no thread to join
+            return
+        }
         let started = DispatchSemaphore(value: 0)
         let box = Unmanaged.passRetained(StartBox(loop: self, started: started))
         let rc = pthread_create(&thread, nil, { raw in
@@ -298,52 +315,76 @@ public final class EventLoop: @unchecked Sendable {
     }
 
     private func run() {
-        while true {
-            for hook in preHooks { hook() }
-            var timeout: Int32 = -1
-            if hasImmediateWork() {
-                timeout = 0
-            } else if let nanos = timers.nanosUntilNextTick(now: monotonicNanos()) {
-                timeout = Int32(clamping: (nanos + 999_999) / 1_000_000)
-            }
-            let ready: Int
-            do {
-                ready = try epoll.wait(timeoutMs: timeout)
-            } catch {
-                preconditionFailure("epoll_wait: \(error)")
-            }
-            // The loop may have slept for minutes; deadlines set during this iteration count from now.
-            timers.updateNow(monotonicNanos())
-            for i in 0..<ready {
-                let (fd, generation, events) = epoll.event(at: i)
-                if fd == wakeFD && generation == 0 {
-                    var counter: UInt64 = 0
-                    _ = try? syscall("read(eventfd)") { Glibc.read(wakeFD, &counter, 8) }
-                    continue
-                }
-                let slot = Int(fd)
-                guard slot < registrations.count, registrations[slot].generation == generation,
-                      let target = registrations[slot].target else { continue }  // stale: fd closed/reused
-                target.handleEvents(events)
-            }
-            let stopNow = runInbox()
-            timers.advance(toNanos: monotonicNanos())
-            for hook in postHooks { hook() }
-            finishIteration()
-            if stopNow { return }
-        }
+        while !iterate(mayBlock: true).stop {}
     }
 
-    /// Swaps the inbox out under the lock and runs it outside. Returns whether a stop was requested.
-    private func runInbox() -> Bool {
+    /// One iteration. `mayBlock` false (a caller-driven loop) polls epoll without sleeping. Returns whether a stop
+    /// was requested, and how much was done: events dispatched, jobs run, connections flushed or closed.
+    private func iterate(mayBlock: Bool) -> (stop: Bool, work: Int) {
+        for hook in preHooks { hook() }
+        var timeout: Int32 = -1
+        if !mayBlock || hasImmediateWork() {
+            timeout = 0
+        } else if let nanos = timers.nanosUntilNextTick(now: monotonicNanos()) {
+            timeout = Int32(clamping: (nanos + 999_999) / 1_000_000)
+        }
+        let ready: Int
+        do {
+            ready = try epoll.wait(timeoutMs: timeout)
+        } catch {
+            preconditionFailure("epoll_wait: \(error)")
+        }
+        // The loop may have slept for minutes; deadlines set during this iteration count from now.
+        timers.updateNow(monotonicNanos())
+        var work = 0
+        for i in 0..<ready {
+            let (fd, generation, events) = epoll.event(at: i)
+            if fd == wakeFD && generation == 0 {
+                var counter: UInt64 = 0
+                _ = try? syscall("read(eventfd)") { Glibc.read(wakeFD, &counter, 8) }
+                continue
+            }
+            let slot = Int(fd)
+            guard slot < registrations.count, registrations[slot].generation == generation,
+                  let target = registrations[slot].target else { continue }  // stale: fd closed/reused
+            target.handleEvents(events)
+            work += 1
+        }
+        let (stopNow, jobs) = runInbox()
+        work += jobs
+        work += timers.advance(toNanos: monotonicNanos())
+        for hook in postHooks { hook() }
+        work += pendingFlush.count + pendingClose.count
+        finishIteration()
+        return (stopNow, work)
+    }
+
+    /// One non-blocking iteration of a caller-driven loop (`init(drivenByCallerWith:)`), on its caller's thread.
+    /// Returns how much it did; 0 means nothing was ready.
+    @discardableResult
+    func runOnce() -> Int {
+        assertInLoop()
+        return iterate(mayBlock: false).work
+    }
+
+    /// Ends a caller-driven loop: every registered connection and listener is closed (`.loopStopped`), and what
+    /// is left in the inbox runs.
+    func finishDriven() {
+        assertInLoop()
+        teardown()
+    }
+
+    /// Swaps the inbox out under the lock and runs it outside. Returns whether a stop was requested, and how many jobs ran.
+    private func runInbox() -> (stop: Bool, jobs: Int) {
         let stopRequested = inbox.withLock { box -> Bool in
             swap(&box.jobs, &running)
             box.wakePending = false
             return box.stopRequested
         }
+        let jobs = running.count
         for job in running { job() }
         running.removeAll(keepingCapacity: running.capacity <= 1024)
-        return stopRequested
+        return (stopRequested, jobs)
     }
 
     /// Flushes corked connections, then frees closed ones; repeats briefly because close callbacks

@@ -624,10 +624,14 @@ final class ClientConnection: ConnectionHandler {
     }
 
     /// A close frame; `code` nil sends an empty body (the echo of an empty close).
+    /// It may pass `--max-queued-bytes` (by at most 127 bytes, the largest close frame): a peer whose queue is near the
+    /// cap when it breaks the protocol or closes still gets the close frame behind what is queued, never a bare TCP close.
     private func sendCloseFrame(_ code: CloseCode?, reason: String) {
         guard let connection else { return }
         let payload = code.map { closePayload(code: $0, reason: reason) } ?? []
-        _ = payload.withUnsafeBytes { connection.write(LoopContext.frame(opcode: .close, $0)) }
+        let frame = payload.withUnsafeBytes { LoopContext.frame(opcode: .close, $0) }
+        connection.maxQueuedBytes = max(connection.maxQueuedBytes, connection.queuedBytes + frame.count)
+        _ = connection.write(frame)
     }
 
     /// The close handshake is complete (or abandoned): flush what is queued and close the TCP connection now
