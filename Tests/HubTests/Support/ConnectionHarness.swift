@@ -393,7 +393,7 @@ final class ConnectionHarness {
         data.withUnsafeBytes { raw in
             let draft = EventDraft(channel: broadcast ? 0 : 1, account: broadcast ? nil : AccountID(Self.account),
                                    type: Self.eventType, data: raw)
-            hub.core.broker.publish([draft]) { _, delivered in record.delivered = delivered }
+            hub.core.broker.publish([draft]) { outcome in record.delivered = outcome.delivered }
         }
         return record
     }
