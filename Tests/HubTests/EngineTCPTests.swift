@@ -55,19 +55,31 @@ struct EngineTCPTests {
         defer { group.shutdown() }
         let listener = try TCPListener.bind("127.0.0.1:0", on: group) { _ in TestDelegate { FramedEchoHandler() } }
         #expect(listener.port != 0)
-        var fds: [Int32] = []
-        for i in 0..<40 {
-            let fd = TestClient.connect(port: listener.port)
-            fds.append(fd)
-            let frame = withUnsafeBytes(of: UInt32(3).bigEndian) { Array($0) } + [1, 2, UInt8(i)]
-            #expect(TestClient.writeAll(fd, frame))
-            #expect(TestClient.read(fd, count: frame.count) == frame)
+        // A round: 40 sequential connections. A loop that is not waiting in epoll_wait when a connection arrives is
+        // skipped (by design: a busy loop is not handed new work), so on a loaded machine (parallel tests, other
+        // builds) one round can land mostly on one loop; up to 3 rounds, and one with >= 10 per loop must come.
+        // With the socket registered on one loop only, or without the re-registration, no round spreads.
+        var rounds: [[Int]] = []
+        var before = group.loops.map { _ in 0 }
+        for round in 0..<3 {
+            var fds: [Int32] = []
+            for i in 0..<40 {
+                let fd = TestClient.connect(port: listener.port)
+                fds.append(fd)
+                let frame = withUnsafeBytes(of: UInt32(3).bigEndian) { Array($0) } + [1, 2, UInt8(i)]
+                #expect(TestClient.writeAll(fd, frame))
+                #expect(TestClient.read(fd, count: frame.count) == frame)
+            }
+            fds.forEach { _ = close($0) }
+            let total = group.loops.map { $0.metricsSnapshot().accepts }
+            let perLoop = zip(total, before).map { $0 - $1 }
+            before = total
+            rounds.append(perLoop)
+            #expect(perLoop.reduce(0, +) == 40, "round \(round): \(perLoop)")
+            if perLoop.allSatisfy({ $0 >= 10 }) { break }
         }
-        fds.forEach { _ = close($0) }
-        let perLoop = group.loops.map { $0.metricsSnapshot().accepts }
-        #expect(perLoop.reduce(0, +) == 40)
-        print("accepts per loop: \(perLoop)")
-        #expect(perLoop.allSatisfy { $0 >= 10 }, "accepts spread over the loops: \(perLoop)")
+        print("accepts per loop, per round: \(rounds)")
+        #expect(rounds.contains { $0.allSatisfy { $0 >= 10 } }, "accepts spread over the loops in some round: \(rounds)")
         // A second server cannot share a port someone listens on: the kernel refuses the bind, with a clear message.
         let error = #expect(throws: EngineError.self) {
             _ = try TCPListener.bind("127.0.0.1:\(listener.port)", on: group) { _ in TestDelegate { FramedEchoHandler() } }

@@ -33,13 +33,17 @@ final class FakeHub: Sendable {
         self.handler = handler
         listener = FakeHub.listen(at: path)
         let listener = self.listener
-        // Weak, so dropping the hub runs deinit, which stops the listener and ends this thread.
+        // Weak, so dropping the hub runs deinit, which stops the listener and ends this thread. The thread, not
+        // `stop()`, closes the listening descriptor, once it no longer calls `accept` on it: were `stop()` to close
+        // it, the number could be reused at once by another test's socket (tests run in parallel), and this thread's
+        // next `accept` would take that test's connections.
         let thread = Thread { [weak self] in
+            defer { close(listener) }
             while true {
                 let connection = accept(listener, nil, nil)
                 if connection < 0 {
                     if errno == EINTR { continue }
-                    return
+                    return  // EINVAL after stop()'s shutdown
                 }
                 guard let hub = self else { close(connection); return }
                 hub.serve(connection)
@@ -75,8 +79,7 @@ final class FakeHub: Sendable {
             return !stopped
         }
         guard first else { return }
-        shutdown(listener, Int32(SHUT_RDWR))
-        close(listener)
+        shutdown(listener, Int32(SHUT_RDWR))  // wakes the accept thread (EINVAL), which closes the descriptor
         try? FileManager.default.removeItem(atPath: directory)
     }
 
