@@ -45,19 +45,38 @@ struct SocketRunResult {
 /// Our end of a socketpair: what the hub wrote to it, whether the hub closed it.
 final class FakePeer {
     let fd: Int32
+    /// The hub's end of the socketpair (-1: not known).
+    let hubFD: Int32
     private(set) var received: [UInt8] = []
     private(set) var sent: [UInt8] = []
     private(set) var eof = false
     /// The hub's end is gone: writes fail.
     private(set) var gone = false
     private var open = true
+    /// False once the harness closed its end.
+    var isOpen: Bool { open }
     /// Where `drain` reads into: the harness's buffer, shared by its peers (a fresh 64 KiB per run cost the fuzzer
     /// ~10 % in ASan's allocator alone).
     private let scratch: UnsafeMutableRawBufferPointer
 
-    init(fd: Int32, scratch: UnsafeMutableRawBufferPointer) {
+    init(fd: Int32, hubFD: Int32, scratch: UnsafeMutableRawBufferPointer) {
         self.fd = fd
+        self.hubFD = hubFD
         self.scratch = scratch
+    }
+
+    /// Waits (without running the loop) up to `timeoutMs` for the EOF of an end the hub has already closed, reading
+    /// what comes before it. In the parallel test run another thread may be starting a process: between its clone
+    /// and its exec the child holds a copy of every descriptor (close-on-exec ones too), so the hub's close reaches
+    /// this end only once that child has exec'd. The fuzzer runs no other threads and never waits here.
+    func awaitEOF(timeoutMs: Int32) {
+        var waited: Int32 = 0
+        while open && !eof && waited < timeoutMs {
+            var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            _ = poll(&p, 1, 10)
+            waited += 10
+            _ = drain()
+        }
     }
 
     deinit {
@@ -333,10 +352,33 @@ final class ConnectionHarness {
 
     /// Runs the loop and drains the peers until nothing happens any more.
     func pump(_ peers: [FakePeer]) throws(HarnessFailure) {
+        var waitedForHub: [Int32] = []
         for _ in 0..<100_000 {
             var work = loop.runOnce()
             for peer in peers { work += peer.drain() }
-            if work == 0 { return }
+            if work == 0 {
+                // A close on either side reaches the other end only when every copy of the descriptor is closed, and
+                // a process being spawned by another thread holds copies until its exec (see `FakePeer.awaitEOF`).
+                // An end the hub has closed (no longer registered on the loop) shows its EOF to the peer after that;
+                // if the hub deregistered an end without closing it, the EOF never comes and the checks fail.
+                for peer in peers where !peer.eof && peer.hubFD >= 0 && loop.registered(fd: peer.hubFD) == nil {
+                    peer.awaitEOF(timeoutMs: 5_000)
+                }
+                // An end we closed shows the hub its EOF after that: wait for it to be pending, then let the loop
+                // see it. One wait per end and pump; a hub that ignores a pending EOF still fails the checks.
+                var waited = false
+                for peer in peers where !peer.isOpen && peer.hubFD >= 0 && !waitedForHub.contains(peer.hubFD)
+                    && loop.registered(fd: peer.hubFD) != nil {
+                    waitedForHub.append(peer.hubFD)
+                    var p = pollfd(fd: peer.hubFD, events: Int16(POLLIN) | 0x2000 /* POLLRDHUP */, revents: 0)
+                    if poll(&p, 1, 0) == 0 {
+                        _ = poll(&p, 1, 5_000)
+                        waited = true
+                    }
+                }
+                if waited { continue }
+                return
+            }
         }
         throw HarnessFailure("the loop never went idle")
     }
@@ -365,7 +407,7 @@ final class ConnectionHarness {
             Glibc.close(pair.peer)
             throw HarnessFailure("the acceptor did not register the client")
         }
-        return (FakePeer(fd: pair.peer, scratch: scratch), client, pair)
+        return (FakePeer(fd: pair.peer, hubFD: pair.hub, scratch: scratch), client, pair)
     }
 
     /// State every run starts from and must leave behind: nothing open, nothing subscribed, no timers.
@@ -870,7 +912,7 @@ final class ConnectionHarness {
 
         let pair = try socketPair()
         SocketAcceptor(context: hub.context).accepted(fd: pair.hub, peer: "unix", on: loop)
-        let peer = FakePeer(fd: pair.peer, scratch: scratch)
+        let peer = FakePeer(fd: pair.peer, hubFD: pair.hub, scratch: scratch)
         weak let weakHandler = (loop.registered(fd: pair.hub) as? Connection)?.handler as? SocketConnection
         if weakHandler == nil { throw HarnessFailure("the socket acceptor did not register a SocketConnection") }
         // A second socket connection that publishes (the backend), so tails and the ledger see its events.
@@ -879,7 +921,7 @@ final class ConnectionHarness {
         if publishing {
             let pair = try socketPair()
             SocketAcceptor(context: hub.context).accepted(fd: pair.hub, peer: "unix", on: loop)
-            publisher = FakePeer(fd: pair.peer, scratch: scratch)
+            publisher = FakePeer(fd: pair.peer, hubFD: pair.hub, scratch: scratch)
             publisherFD = pair.hub
         }
         let peers = [peer] + (companion.map { [$0.peer] } ?? []) + (publisher.map { [$0] } ?? [])
