@@ -16,7 +16,8 @@ struct EngineDescriptorLimitTests {
     }
 
     /// Runs only in the child (HUB_ENGINE_EMFILE_CHILD set): exhausts descriptors for real.
-    @Test(.enabled(if: getenv(EngineDescriptorLimitTests.childFlag) != nil))
+    @Test(.enabled(if: getenv(EngineDescriptorLimitTests.childFlag) != nil,
+                   "the child half of realEMFILEInChildProcess: runs only in the child process that test starts"))
     func emfileChild() throws {
         let marker = String(cString: getenv(Self.childFlag)!)
         let loop = try EventLoop(configuration: testLoopConfiguration())

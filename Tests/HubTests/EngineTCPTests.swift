@@ -418,7 +418,8 @@ struct EngineResetPeerTests {
         #expect(completed, "child died or failed:\n\(output.suffix(3000))")
     }
 
-    @Test(.enabled(if: getenv(EngineResetPeerTests.childFlag) != nil))
+    @Test(.enabled(if: getenv(EngineResetPeerTests.childFlag) != nil,
+                   "the child half of writeToResetPeerDoesNotRaiseSIGPIPE: runs only in the child process that test starts"))
     func resetPeerChild() throws {
         let marker = String(cString: getenv(Self.childFlag)!)
         signal(SIGPIPE, SIG_DFL)

@@ -108,6 +108,73 @@ import WSProtocol
         #expect(try hub.publish(channel: "c", account: "acc_1")["delivered"] as? Int == 1)
     }
 
+    /// Sends `payload` on a fresh Unix-socket connection, half-closes it (`shutdown(SHUT_WR)`, as `nc -N` and
+    /// `nc -q1` do after their input), then reads until the hub closes: the reply lines, and whether EOF came
+    /// within `timeout` seconds.
+    static func sendAndHalfClose(_ socketPath: String, _ payload: String, timeout: Double = 10) throws -> (lines: [String], eof: Bool) {
+        let fd = try SocketBoundsTests.unixConnect(socketPath)
+        defer { close(fd) }
+        let bytes = Array(payload.utf8)
+        var sent = 0
+        let deadline = Date().addingTimeInterval(timeout)
+        while sent < bytes.count {
+            let n = bytes.withUnsafeBytes { send(fd, $0.baseAddress! + sent, $0.count - sent, Int32(MSG_NOSIGNAL)) }
+            if n > 0 { sent += n; continue }
+            guard n < 0, errno == EAGAIN, Date() < deadline else { throw HubTestError("send: errno \(errno)") }
+            var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+            _ = poll(&p, 1, 100)
+        }
+        guard shutdown(fd, Int32(SHUT_WR)) == 0 else { throw HubTestError("shutdown: errno \(errno)") }
+        var received: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        var eof = false
+        while !eof, Date() < deadline {
+            var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            _ = poll(&p, 1, 100)
+            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress!, $0.count, 0) }
+            if n > 0 { received += buffer[0..<n] } else if n == 0 { eof = true } else if errno != EAGAIN { break }
+        }
+        let lines = String(decoding: received, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        return (lines.last == "" ? Array(lines.dropLast()) : lines, eof)
+    }
+
+    /// A backend that half-closes after its requests (`printf '…\n' | nc -U -N ./hub.sock`, or `-q1`) gets every
+    /// reply, in order, then EOF: the hub answers what it was sent before closing (it used to close at the
+    /// peer's EOF and drop the replies still being produced, so nc printed nothing).
+    @Test func halfClosedPeerGetsEveryReplyThenEOF() throws {
+        let hub = try HubProcess()
+        let ws = try hub.client("acc_1", channels: ["wallet_updates"])
+        // A publish (answered after fan-out), an admin view (gathered from every loop), a bad line, a history read.
+        let (lines, eof) = try Self.sendAndHalfClose(hub.socketPath, [
+            #"{"op":"publish","channel":"wallet_updates","account":"acc_1","type":"t","data":1}"#,
+            #"{"op":"stats","id":"s"}"#,
+            #"{"op":"nope","id":"x"}"#,
+            #"{"op":"history","channel":"wallet_updates","account":"acc_1","id":"h"}"#,
+        ].joined(separator: "\n") + "\n")
+        #expect(eof, "the hub did not close the connection after its replies")
+        #expect(lines.count == 4, "\(lines)")
+        guard lines.count == 4 else { return }
+        #expect(lines[0] == #"{"ok":true,"seq":1,"delivered":1}"#)
+        let stats = try parseObject(Array(lines[1].utf8))
+        #expect(stats["id"] as? String == "s" && stats["stats"] != nil, "\(lines[1])")
+        let bad = try parseObject(Array(lines[2].utf8))
+        #expect(bad["id"] as? String == "x" && bad["error"] != nil, "\(lines[2])")
+        let history = try parseObject(Array(lines[3].utf8))
+        #expect(history["id"] as? String == "h", "\(lines[3])")
+        #expect(try ws.nextText() == #"{"type":"t","channel":"wallet_updates","seq":1,"data":1}"#)
+
+        // Many pipelined publishes, then the half-close: all answered.
+        let many = (0..<500).map { #"{"op":"publish","channel":"wallet_updates","account":"nobody","type":"t","data":"# + "\($0)}" }
+        let (replies, eof2) = try Self.sendAndHalfClose(hub.socketPath, many.joined(separator: "\n") + "\n")
+        #expect(eof2)
+        #expect(replies.count == 500 && replies.last == #"{"ok":true,"seq":500,"delivered":0}"#, "\(replies.count) replies, last \(replies.last ?? "none")")
+
+        // Nothing sent: the hub closes at once. The hub is still serving.
+        let (none, eof3) = try Self.sendAndHalfClose(hub.socketPath, "", timeout: 5)
+        #expect(none.isEmpty && eof3)
+        #expect(try hub.publish(channel: "wallet_updates", account: "acc_1", data: "2")["seq"] as? Int == 2)
+    }
+
     /// After SIGTERM, while clients finish their close handshakes, an open socket connection's publishes are
     /// answered `SHUTTING_DOWN`, and new clients cannot connect.
     @Test func publishesDuringShutdownAreRefused() throws {

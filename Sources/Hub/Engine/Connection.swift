@@ -29,8 +29,9 @@ public final class Connection {
     public enum CloseMode: Sendable, Equatable {
         /// Drop queued bytes and close now (RST to the peer).
         case abort
-        /// Stop reading, flush the queue, `shutdown(SHUT_WR)`, wait for the peer's EOF, close;
-        /// abort if that takes longer than `linger`.
+        /// Stop reading, flush the queue, `shutdown(SHUT_WR)`, wait for the peer's EOF (none to wait for when
+        /// it came first: see `ConnectionHandler.connectionInputEnded`), close; abort if that takes longer than
+        /// `linger`.
         case graceful(linger: Duration)
         /// Hand what is queued to the kernel now (one attempt), then close the descriptor at once: the kernel sends
         /// what it took, then FIN (RST if the peer's unread bytes are pending). For answers to peers that hold a slot
@@ -66,6 +67,9 @@ public final class Connection {
     private var spillCount = 0
     /// `resumeReading` queued a `redeliver` of the held bytes.
     private var redeliveryScheduled = false
+    /// The peer's EOF was read and the handler kept the connection open to finish writing
+    /// (`connectionInputEnded`): reading is off for good.
+    private var inputEnded = false
 
     /// Adopts a connected non-blocking fd (from a listener or `SocketAddress.connect`) on `loop`.
     /// Call on the loop thread. On error the fd is closed.
@@ -190,7 +194,7 @@ public final class Connection {
     /// from inside this call) even if the socket brings nothing new: a handler that paused between two
     /// complete messages gets the rest without waiting for the peer to send more.
     public func resumeReading() {
-        guard state == .open, readingPaused else { return }
+        guard state == .open, readingPaused, !inputEnded else { return }
         readingPaused = false
         setInterest(interest | Epoll.readable)
         if spillCount > 0 && !redeliveryScheduled {
@@ -252,6 +256,10 @@ public final class Connection {
             }
             guard case .processed(let n) = result else { return }
             if n == 0 {
+                if state == .open, let handler {
+                    endInput()
+                    if handler.connectionInputEnded(self) { return }  // it finishes its replies, then closes
+                }
                 closeNow(reason: state == .open ? .peerClosed : .closed, abortive: false)
                 return
             }
@@ -272,6 +280,16 @@ public final class Connection {
             if readingPaused { return }
             if n < room { return }  // short read: the socket is drained; skip the EAGAIN round trip
         }
+    }
+
+    /// The peer's EOF was read: nothing more will be read (EPOLLIN and EPOLLRDHUP stay on at EOF, so they go off;
+    /// EPOLLHUP, reported regardless, still closes the connection if the peer hangs up entirely).
+    private func endInput() {
+        inputEnded = true
+        readingPaused = true
+        redeliveryScheduled = false
+        spillCount = 0
+        setInterest(interest & ~Epoll.readable)
     }
 
     /// Keeps the `tail` bytes after `consumed` in `buffer` (the spill buffer itself when `inSpill`) for the next
@@ -329,7 +347,7 @@ public final class Connection {
         case .graceful(let linger):
             guard state == .open else { return }
             state = .draining
-            if readingPaused {
+            if readingPaused && !inputEnded {
                 readingPaused = false
                 setInterest(interest | Epoll.readable)
             }
@@ -344,7 +362,8 @@ public final class Connection {
         guard state == .draining else { return }
         state = .halfClosed
         _ = Glibc.shutdown(fd, Int32(SHUT_WR))
-        // Now wait for the peer's EOF (readAvailable discards data and closes on 0).
+        // Now wait for the peer's EOF (readAvailable discards data and closes on 0), unless it came first.
+        if inputEnded { closeNow(reason: .closed, abortive: false) }
     }
 
     private func closeNow(reason: CloseReason, abortive: Bool) {

@@ -46,8 +46,18 @@ public protocol ConnectionHandler: AnyObject {
 
     /// The connection is closed and its fd is gone; called exactly once.
     func connectionClosed(_ connection: Connection, reason: CloseReason)
+
+    /// The peer has finished sending: its EOF was read (a half-close, `shutdown(SHUT_WR)`, or a close), after
+    /// every byte before it was handed to `connectionReadable` (an unconsumed tail, such as a last line without
+    /// its newline, is dropped).
+    /// - Returns: false (the default) to close the connection now (`.peerClosed`); true to keep it open for
+    ///   writing: the engine reads no more, and the handler finishes its replies and then closes it, usually with
+    ///   `close(.graceful(linger:))` (which then closes as soon as the queue is flushed). A peer that hangs up
+    ///   entirely meanwhile still closes the connection (`.peerClosed`).
+    func connectionInputEnded(_ connection: Connection) -> Bool
 }
 
 extension ConnectionHandler {
     public func connectionWritable(_ connection: Connection) {}
+    public func connectionInputEnded(_ connection: Connection) -> Bool { false }
 }

@@ -15,6 +15,9 @@ import WSProtocol
 /// rest of the read stays with the engine, reading pauses, and the peer's further requests wait in the kernel
 /// until replies drain. A reply larger than the room in the outbound queue goes out in pieces as the peer reads.
 ///
+/// A peer that half-closes (`shutdown(SHUT_WR)` after its last request, as `nc -N` and `nc -q` do) gets every
+/// reply it is owed, then the hub closes the connection (EOF to the peer). A tail ends when its peer's input does.
+///
 /// All socket connections live on loop 0 (see `HubServer`), which also owns the publish ledger and the tails.
 final class SocketConnection: ConnectionHandler {
     /// One reply, possibly not known yet.
@@ -51,6 +54,8 @@ final class SocketConnection: ConnectionHandler {
     /// events must not overtake earlier replies, and publishes sent before the tail request are not tailed.
     private var tailAwaitingStart = false
     private var paused = false
+    /// The peer has sent everything (its EOF was read): close once every reply is written.
+    private var inputEnded = false
 
     /// Take no further request while this many reply bytes are owed (queued, waiting or being produced); read
     /// again below half of it.
@@ -62,6 +67,8 @@ final class SocketConnection: ConnectionHandler {
     static let maxQueuedBytes = 1 << 20
     /// The least a pending request counts (the slot, its bookkeeping and a short reply).
     static let minimumWeight = 64
+    /// After the peer's EOF and the last reply: how long the peer has to read what is still queued.
+    static let finishLinger = Duration.seconds(10)
 
     init(context: LoopContext) {
         self.context = context
@@ -108,6 +115,13 @@ final class SocketConnection: ConnectionHandler {
 
     func connectionWritable(_ connection: Connection) {
         flushReplies()
+    }
+
+    func connectionInputEnded(_ connection: Connection) -> Bool {
+        guard tail == nil else { return false }
+        inputEnded = true
+        flushReplies()  // closes now if nothing is owed
+        return true
     }
 
     func connectionClosed(_ connection: Connection, reason: CloseReason) {
@@ -275,6 +289,11 @@ final class SocketConnection: ConnectionHandler {
             guard connection.isOpen, connection.queuedBytes == 0 else { break }
         }
         guard connection.isOpen else { return }
+        if inputEnded {
+            // The peer sent its last request: close once every reply is queued (the queue is flushed first).
+            if slotHead == slots.count { connection.close(.graceful(linger: Self.finishLinger)) }
+            return
+        }
         if tailAwaitingStart && slotHead == slots.count {
             // Every earlier publish has completed (and was recorded without this tail): start tailing.
             tailAwaitingStart = false
