@@ -284,7 +284,11 @@ import Testing
         #expect(metrics.contains("hub_history_bytes \(bytes)\n") && metrics.contains("hub_history_evictions_total \(100_000 - events)\n"))
         let rssAfter = try Self.rss(hub)
         print("100k streams: \(events) events retained in \(bytes) counted bytes; RSS \(rssBefore >> 10) -> \(rssAfter >> 10) KiB")
-        #expect(rssAfter - rssBefore < 96 << 20, "RSS grew by \(rssAfter - rssBefore) bytes")
+        // Against a sanitizer-built hub (scripts/sanitize) RSS measures the sanitizer (ASan's quarantine alone keeps
+        // up to 256 MiB of freed memory), not the hub: the counted bytes above are still checked there.
+        if !HubProcess.isExternalBinary {
+            #expect(rssAfter - rssBefore < 96 << 20, "RSS grew by \(rssAfter - rssBefore) bytes")
+        }
     }
 
     static func rss(_ hub: HubProcess) throws -> Int {

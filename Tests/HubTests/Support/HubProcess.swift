@@ -14,6 +14,12 @@ final class HubProcess: @unchecked Sendable {
     private(set) var startupLine = ""
 
     /// The built `hub` executable next to the test bundle (`swift build --build-tests` builds it), or the one in
+    /// True when the tests run against another build of the hub (`HUB_TEST_BINARY_DIR`: scripts/sanitize's
+    /// sanitizer-built binary, whose RSS includes the sanitizer's shadow memory and quarantine).
+    static var isExternalBinary: Bool {
+        !(ProcessInfo.processInfo.environment["HUB_TEST_BINARY_DIR"] ?? "").isEmpty
+    }
+
     /// `HUB_TEST_BINARY_DIR` (scripts/sanitize runs these tests against a sanitizer-built hub this way).
     static var executablePath: String {
         if let dir = ProcessInfo.processInfo.environment["HUB_TEST_BINARY_DIR"], !dir.isEmpty {
