@@ -1,9 +1,10 @@
 // swift-tools-version: 6.1
 import PackageDescription
 
-// Micro-benchmarks for the WSProtocol codec (CodecBench) and the load generator of the benchmark suite
+// Micro-benchmarks for the WSProtocol codec (CodecBench), the broker's history (BrokerBench), and the load generator of the benchmark suite
 // (hubbench; `Benchmarks/run` builds and drives it). Run:
 //   swift run -c release --package-path Benchmarks CodecBench
+//   swift run -c release --package-path Benchmarks BrokerBench
 //   swift build -c release --package-path Benchmarks --product hubbench
 let package = Package(
     name: "Benchmarks",
@@ -17,6 +18,10 @@ let package = Package(
         .executableTarget(
             name: "CodecBench",
             dependencies: [.product(name: "WSProtocol", package: "Hub")]
+        ),
+        .executableTarget(
+            name: "BrokerBench",
+            dependencies: [.product(name: "Hub", package: "Hub")]
         ),
         .executableTarget(
             name: "HubBench",

@@ -34,6 +34,27 @@ import Testing
     let b = StreamKey(channel: 0, account: "b")
     let broadcast = StreamKey(channel: 0, account: nil)
 
+    /// The history keeps a 32-byte `RetainedEvent`, not the `PublishedEvent`: what it derives from the frame (the
+    /// type, the data, the payload behind a 2- or 4-byte header, the wall time) must match what was published.
+    @Test func aRetainedEventDerivesTypeDataAndPayloadFromItsFrame() {
+        var writer = JSONWriter(capacity: 256)
+        for (type, data, account) in [("balance", #"{"x":1}"#, "acc_1"), (#"q"u\o"#, "[" + String(repeating: "7,", count: 100) + "0]", nil),
+                                      ("é", "null", "acc_2")] {
+            let draft = Array(data.utf8).withUnsafeBytes { raw in
+                LocalBroker.frame(EventDraft(channel: 0, account: account.map { AccountID($0) }, type: type, data: raw),
+                                  channelName: "wallet_updates", seq: 42, now: 5 * Self.second, wall: 1000, writer: &writer)
+            }
+            let retained = RetainedEvent(draft)
+            #expect(retained.type == type && retained.seq == 42 && retained.acceptedAt == 5 * Self.second)
+            #expect(Array(retained.data) == Array(data.utf8) && retained.dataRange == draft.dataRange, "\(type)")
+            let json = try? JSONSerialization.jsonObject(with: Data(retained.payload)) as? [String: Any]
+            #expect(json?["type"] as? String == type && json?["seq"] as? Int == 42 && (json?["broadcast"] as? Bool == true) == (account == nil))
+            #expect(retained.cost == draft.frame.count + HistoryLimits.perEventOverhead)
+            #expect(abs(retained.wallTime(wallNow: 2000, monotonicNow: 7 * Self.second) - 1998) < 1e-9)
+        }
+        #expect(MemoryLayout<RetainedEvent>.size == 32 && MemoryLayout<RetainedEvent?>.stride == 32)
+    }
+
     @Test func sequenceNumbersArePerStream() {
         var store = Self.store()
         let otherChannel = StreamKey(channel: 1, account: "a")
@@ -201,8 +222,8 @@ import Testing
         for bad in ["", "AbC-_9", "AbC-_9.12", "Other.12.3", "AbC-_9.x.3", "AbC-_9.12.3.4", "AbC-_9.-1.3", ".12.3"] {
             #expect(Resume.generations(of: bad, hubEpoch: "AbC-_9") == nil, "\(bad)")
         }
-        let x = (1...3).map { Self.event(a, seq: $0, at: [10, 20, 30][Int($0) - 1]) }
-        let y = (1...2).map { Self.event(broadcast, seq: $0, at: [15, 30][Int($0) - 1]) }
+        let x = (1...3).map { RetainedEvent(Self.event(a, seq: $0, at: [10, 20, 30][Int($0) - 1])) }
+        let y = (1...2).map { RetainedEvent(Self.event(broadcast, seq: $0, at: [15, 30][Int($0) - 1])) }
         #expect(Resume.merge(x, y).map(\.acceptedAt) == [10, 15, 20, 30, 30])
         #expect(Resume.combine(.success(x), .failure(.tooMany)) == .failure(.tooMany))
         #expect(Resume.combine(.failure(.tooMany), .failure(.tooOld)) == .failure(.tooOld))
@@ -210,7 +231,7 @@ import Testing
     }
 }
 
-extension Result where Success == [PublishedEvent], Failure == RecoveryFailure {
+extension Result where Success == [RetainedEvent], Failure == RecoveryFailure {
     static func == (l: Self, r: Self) -> Bool {
         switch (l, r) {
         case (.success(let x), .success(let y)): return x.map(\.seq) == y.map(\.seq)
@@ -227,7 +248,7 @@ extension Result where Success == [PublishedEvent], Failure == RecoveryFailure {
         hubEpoch: "q1w2e3r4t5y", nextGeneration: 9, savedAt: 1_700_000_000.25, channelNames: ["wallet_updates", "profile_updates"],
         streams: [.init(channel: 0, account: "acc_1", generation: 3, lastSeq: 7), .init(channel: 1, account: nil, generation: 8, lastSeq: 2)],
         events: [.init(stream: 0, seq: 7, wallTime: 1_700_000_000, type: "t", payload: Array(#"{"type":"t","channel":"wallet_updates","seq":7,"data":{"x":"é"}}"#.utf8),
-                       dataStart: 51, dataEnd: 61)],
+                       dataStart: 54, dataEnd: 64)],
         keys: [.init(channel: 0, account: "acc_1", key: "k-1", seq: 7, delivered: 2, wallTime: 1_700_000_000)])
 
     @Test func roundTrips() throws {

@@ -7,6 +7,14 @@ struct WorkerLine: Codable {
     var snap: WorkerSnap
 }
 
+/// `reconnect-storm`: `control` of the clients stay connected; the others drop on `storm` and come back after
+/// `awayMs` at `rate` reconnects/s in total (0: as fast as `--max-pending` allows).
+struct StormSpec {
+    var control: Int
+    var awayMs: Int
+    var rate: Double
+}
+
 /// A worker process and what it last said.
 final class WorkerProc: @unchecked Sendable {
     let index: Int
@@ -69,8 +77,12 @@ struct Totals {
     var churnAttempted = 0, churnEstablished = 0
     var rampDone = true
     var cpuSeconds = 0.0
-    var latency = Histogram(), handshake = Histogram()
+    var latency = Histogram(), handshake = Histogram(), recovery = Histogram()
     var events: [UInt64: (UInt64, UInt64)] = [:]
+    var stormDropped = 0, reconnected = 0, recovered = 0, reconnectFailed = 0
+    var notRecovered: [String: Int] = [:]
+    var replayed: UInt64 = 0, duplicates: UInt64 = 0, gaps: UInt64 = 0
+    var notRecoveredTotal: Int { notRecovered.values.reduce(0, +) }
 
     init(_ snaps: [WorkerSnap]) {
         for s in snaps {
@@ -83,6 +95,10 @@ struct Totals {
             cpuSeconds += s.cpuSeconds
             if let h = s.latency { latency.merge(h) }
             if let h = s.handshake { handshake.merge(h) }
+            if let h = s.recovery { recovery.merge(h) }
+            stormDropped += s.stormDropped; reconnected += s.reconnected; recovered += s.recovered; reconnectFailed += s.reconnectFailed
+            for (k, v) in s.notRecovered { notRecovered[k, default: 0] += v }
+            replayed += s.replayed; duplicates += s.duplicates; gaps += s.gaps
             for e in s.events ?? [] where e.count == 3 {
                 let old = events[e[0]] ?? (0, 0)
                 events[e[0]] = (max(old.0, e[1]), old.1 + e[2])
@@ -140,7 +156,7 @@ final class Coordinator {
 
     /// Spawns workers for `count` connections of accounts `prefix0…`, opening `rate` per second in total.
     func spawn(count: Int, rate: Double, slowShare: Double = 0, churnRate: Double = 0, churnLifetimeMs: Int = 1000,
-               trackEvents: Bool = false, prefix: String = "acc_") {
+               trackEvents: Bool = false, prefix: String = "acc_", storm: StormSpec? = nil) {
         let limit = TCPListener.raiseDescriptorLimit().soft
         let perWorker = min(options.int("per-worker", 18_000), max(100, limit - 200))
         let k = max(options.int("workers", 2), (count + perWorker - 1) / perWorker)
@@ -152,7 +168,9 @@ final class Coordinator {
             let config = WorkerConfig(index: i, source: "127.0.\(i / 250).\(2 + i % 250)", target: target, accountPrefix: prefix,
                                       accountStart: start, count: n, rate: rate / Double(k), maxPending: max(64, options.int("max-pending", 2000) / k),
                                       slowShare: slowShare, churnRate: churnRate / Double(k), churnLifetimeMs: churnLifetimeMs,
-                                      trackEvents: trackEvents, handshakeTimeoutMs: options.int("handshake-timeout-ms", 15_000))
+                                      trackEvents: trackEvents, handshakeTimeoutMs: options.int("handshake-timeout-ms", 15_000),
+                                      storm: storm != nil, controlCount: storm.map { $0.control / k + (i < $0.control % k ? 1 : 0) } ?? 0,
+                                      awayMs: storm?.awayMs ?? 0, stormRate: (storm?.rate ?? 0) / Double(k))
             do { workers.append(try WorkerProc(index: i, config: config)) } catch { fail("cannot start worker: \(error)") }
             start += n
         }

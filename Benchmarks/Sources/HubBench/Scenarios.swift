@@ -8,12 +8,13 @@ extension Coordinator {
 
     /// Ramp phase shared by every scenario; records its numbers under `ramp_*` keys.
     func ramp(count: Int, rate: Double, slowShare: Double = 0, churnRate: Double = 0, churnLifetimeMs: Int = 1000,
-              trackEvents: Bool = false) {
+              trackEvents: Bool = false, storm: StormSpec? = nil) {
         let before = server()
         result["server_rss_before_mb"] = mb(before.rssBytes)
         result["target_connections"] = count
         result["connect_rate"] = rate
-        spawn(count: count, rate: rate, slowShare: slowShare, churnRate: churnRate, churnLifetimeMs: churnLifetimeMs, trackEvents: trackEvents)
+        spawn(count: count, rate: rate, slowShare: slowShare, churnRate: churnRate, churnLifetimeMs: churnLifetimeMs, trackEvents: trackEvents,
+              storm: storm)
         let ramp = waitRamp(count: count, rate: rate)
         let after = server()
         let t = progressTotals()
@@ -314,5 +315,99 @@ extension Coordinator {
         result["machine_cpu_percent"] = MachineSample.busyPercent(s0.machine, s1.machine)
         result["publish_requests"] = p1.requests - p0.requests
         _ = stopAll()
+    }
+
+    // MARK: reconnect-storm (hub only: resumes with `since`)
+
+    /// `--n` clients (one account each) all drop at once and resubscribe with `since` after `--away-ms` while
+    /// `--event-rate` account events/s flow to them and to `--control` clients that stay connected. Reports the
+    /// time until every storm client had its `subscribed` reply (recovered or not), the events replayed, the
+    /// outcomes, seq gaps/duplicates seen by the clients, and the control clients' latency before and during the storm.
+    func runReconnectStorm() {
+        let n = options.int("n", 10_000)
+        let control = options.int("control", 1000)
+        let eventRate = options.double("event-rate", 10_000)
+        let awayMs = options.int("away-ms", 2000)
+        let baseline = options.double("baseline", 3)
+        let timeout = options.double("storm-timeout", 60)
+        ramp(count: n + control, rate: options.double("rate", 5000),
+             storm: StormSpec(control: control, awayMs: awayMs, rate: options.double("storm-rate", 0)))
+        let publisher = makePublisher(connections: 4, window: 65_536)
+        publisher.configure(accountSpan: n + control, accountPrefix: "acc_", paddingBytes: options.int("payload", 0))
+        publisher.setRate(eventRate)
+        _ = snapAll()
+        let b0 = server(), pb0 = publisher.snapshot()
+        watch(seconds: baseline, publisher: publisher, label: "before")
+        let before = Totals(snapAll())  // resets the histograms: what follows is the storm
+        let b1 = server(), pb1 = publisher.snapshot()
+        let stormClients = progressTotals().open - control
+        let g0 = generatorCPU(), p0 = publisher.snapshot()
+        let stormAt = monotonicNanos()
+        for w in workers { w.send("storm") }
+        var lastPrint = 0.0
+        var finished = false
+        while seconds(since: stormAt) < timeout {
+            usleep(50_000)
+            let t = progressTotals()
+            let done = t.recovered + t.notRecoveredTotal + t.reconnectFailed
+            let el = seconds(since: stormAt)
+            if el - lastPrint >= 1 {
+                lastPrint = el
+                note(String(format: "  [reconnect-storm %@] %.1fs: %d dropped, %d reconnected, %d recovered, %d not, %d failed, %llu replayed",
+                            target.name, el, t.stormDropped, t.reconnected, t.recovered, t.notRecoveredTotal, t.reconnectFailed, t.replayed))
+            }
+            if t.stormDropped >= stormClients && done >= t.stormDropped { finished = true; break }
+        }
+        usleep(1_000_000)  // the control clients' latency right after the storm still counts
+        let s1 = server(), p1 = publisher.snapshot()
+        let stormSeconds = seconds(since: stormAt)
+        let during = snapAll()
+        let g1 = generatorCPU(during)
+        let d = Totals(during)
+        publisher.setRate(0)
+        let pEnd = publisher.snapshot()
+        drain()
+        let t = Totals(stopAll())
+        let lastDone = during.map(\.lastRecoveryDoneAt).max() ?? 0
+        result["storm_clients"] = stormClients
+        result["control_clients"] = control
+        result["away_ms"] = awayMs
+        result["event_rate_offered"] = eventRate
+        result["storm_finished"] = finished
+        result["storm_dropped"] = d.stormDropped
+        result["reconnected"] = d.reconnected
+        result["recovered"] = d.recovered
+        result["not_recovered_by_reason"] = d.notRecovered
+        result["reconnect_failed"] = d.reconnectFailed
+        result["events_replayed"] = d.replayed
+        result["time_to_all_recovered_seconds"] = finished && lastDone > stormAt ? r(Double(lastDone - stormAt) / 1e9, 1000) : NSNull()
+        result["time_after_away_seconds"] = finished && lastDone > stormAt ? r(Double(lastDone - stormAt) / 1e9 - Double(awayMs) / 1000, 1000) : NSNull()
+        result["resume_latency"] = d.recovery.summary()
+        result["seq_gaps"] = t.gaps
+        result["seq_duplicates"] = t.duplicates
+        result["control_latency_before"] = before.latency.summary()
+        result["control_latency_during"] = d.latency.summary()
+        result["published_before_rate"] = r(Double(pb1.acked - pb0.acked) / baseline, 1)
+        result["published_during_rate"] = r(Double(p1.acked - p0.acked) / stormSeconds, 1)
+        result["published"] = pEnd.acked
+        result["publish_errors"] = pEnd.errors
+        result["publish_skipped"] = pEnd.skipped
+        result["server_cpu_percent_before"] = r((b1.cpuSeconds - b0.cpuSeconds) / baseline * 100)
+        result["server_cpu_percent_during"] = r((s1.cpuSeconds - b1.cpuSeconds) / stormSeconds * 100)
+        result["server_rss_end_mb"] = mb(s1.rssBytes)
+        result["generator_cpu_percent"] = r((g1 - g0) / stormSeconds * 100)
+        result["machine_cpu_percent"] = MachineSample.busyPercent(b1.machine, s1.machine)
+        result["failed_by_reason"] = t.failed
+        result["closed_by_reason"] = t.closed
+        if let admin = options.optional("admin-socket"), let client = try? AdminClient(socketPath: admin),
+           let reply = try? client.request(#"{"op":"stats"}"#),
+           let json = try? JSONSerialization.jsonObject(with: Data(reply)) as? [String: Any],
+           let stats = json["stats"] as? [String: Any], let history = stats["history"] as? [String: Any] {
+            result["hub_recoveries"] = history["recoveries"] ?? NSNull()
+            result["hub_replayed_events"] = history["replayedEvents"] ?? NSNull()
+        }
+        note(String(format: "  [reconnect-storm %@] %d clients: all answered in %@ s, %d recovered, %@ not, %llu replayed, control p99 %.2f ms before, %.2f ms during",
+                    target.name, stormClients, "\(result["time_to_all_recovered_seconds"] ?? "-")", d.recovered, d.notRecovered.description,
+                    d.replayed, before.latency.summary()["p99_ms"] ?? 0, d.latency.summary()["p99_ms"] ?? 0))
     }
 }

@@ -118,6 +118,24 @@ let patSubscribers: [UInt8] = Array(#""subscribers":"#.utf8)
 let patOkFalse: [UInt8] = Array(#""ok":false"#.utf8)
 let patSubscribed: [UInt8] = Array(#""type":"subscribed""#.utf8)
 let patError: [UInt8] = Array(#""type":"error""#.utf8)
+let patSeq: [UInt8] = Array(#""seq":"#.utf8)
+let patBroadcastSeq: [UInt8] = Array(#""broadcastSeq":"#.utf8)
+let patEpoch: [UInt8] = Array(#""epoch":""#.utf8)
+let patReason: [UInt8] = Array(#""reason":""#.utf8)
+let patRecoveredTrue: [UInt8] = Array(#""recovered":true"#.utf8)
+
+/// The string after `pattern` (which ends with the opening quote), up to the next quote (no escapes expected).
+func scanString(_ pattern: [UInt8], in bytes: UnsafeRawBufferPointer) -> String? {
+    let m = pattern.count
+    var i = 0
+    outer: while i + m <= bytes.count {
+        for k in 0..<m where bytes[i + k] != pattern[k] { i += 1; continue outer }
+        var j = i + m
+        while j < bytes.count, bytes[j] != 0x22 { j += 1 }
+        return String(decoding: UnsafeRawBufferPointer(rebasing: bytes[(i + m)..<j]), as: UTF8.self)
+    }
+    return nil
+}
 
 func errnoName(_ code: Int32) -> String {
     switch code {

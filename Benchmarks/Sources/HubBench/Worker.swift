@@ -24,6 +24,13 @@ struct WorkerConfig: Codable {
     /// Keep the latest arrival per event id (broadcast: time until the last subscriber has it).
     var trackEvents: Bool
     var handshakeTimeoutMs: Int
+    /// `reconnect-storm`: the first `controlCount` clients of this worker stay connected (their latency is
+    /// recorded); the others follow their stream's seq and, on `storm`, drop and resubscribe with `since` after
+    /// `awayMs`, at most `stormRate` reconnects/s (0: as fast as `maxPending` allows).
+    var storm = false
+    var controlCount = 0
+    var awayMs = 0
+    var stormRate = 0.0
 }
 
 /// Counters a worker reports (progress lines carry them without histograms).
@@ -48,16 +55,43 @@ struct WorkerSnap: Codable {
     var handshake: Histogram? = nil
     /// [[event id, latest arrival latency ns, receivers]].
     var events: [[UInt64]]? = nil
+    // reconnect-storm
+    var stormDropped = 0
+    var reconnected = 0
+    var recovered = 0
+    var notRecovered: [String: Int] = [:]
+    var reconnectFailed = 0
+    /// Events received before the `subscribed` reply of a resume (the replay).
+    var replayed: UInt64 = 0
+    /// Events whose seq was not the next one of their stream (lower: duplicates; higher: gaps).
+    var duplicates: UInt64 = 0
+    var gaps: UInt64 = 0
+    /// CLOCK_MONOTONIC ns of the last resume answered (recovered or not) or failed.
+    var lastRecoveryDoneAt: UInt64 = 0
+    /// Per resume: from its connect() to the `subscribed` reply (the replay included).
+    var recovery: Histogram? = nil
+}
+
+/// Where a storm client resumes from (kept across its connections).
+struct StormPosition {
+    var epoch = ""
+    var seq: UInt64 = 0
+    var broadcastSeq: UInt64 = 0
 }
 
 /// One client WebSocket: handshake (with the token in the query), subscribe, then count and time events.
 final class ClientSession: ConnectionHandler {
     enum State { case handshaking, subscribing, open, closing }
-    enum Role { case stable, slow, churn }
+    enum Role { case stable, slow, churn, storm }
 
     unowned let fleet: Fleet
     let role: Role
     let key: String
+    let account: String
+    /// The stream's position (storm scenario: control and storm clients follow their seq).
+    var position = StormPosition()
+    /// Set for a storm client's reconnect: subscribe with `since`.
+    let resume: StormPosition?
     var state = State.handshaking
     var parser = HTTPResponseParser()
     var reader = MessageReader(configuration: MessageReaderConfiguration(role: .client))
@@ -66,9 +100,12 @@ final class ClientSession: ConnectionHandler {
     var connection: Connection?
     var outcomeCounted = false
 
-    init(fleet: Fleet, role: Role) {
+    init(fleet: Fleet, role: Role, account: String, resume: StormPosition? = nil) {
         self.fleet = fleet
         self.role = role
+        self.account = account
+        self.resume = resume
+        if let resume { position = resume }
         key = ClientHandshake.makeKey()
     }
 
@@ -86,7 +123,13 @@ final class ClientSession: ConnectionHandler {
     func failOnce(_ reason: String) {
         guard !outcomeCounted else { return }
         outcomeCounted = true
-        fleet.snap.failed[reason, default: 0] += 1
+        if resume != nil {
+            fleet.snap.failed["reconnect: " + reason, default: 0] += 1
+            fleet.snap.reconnectFailed += 1
+            fleet.snap.lastRecoveryDoneAt = max(fleet.snap.lastRecoveryDoneAt, monotonicNanos())
+        } else {
+            fleet.snap.failed[reason, default: 0] += 1
+        }
         fleet.pending -= 1
     }
 
@@ -100,6 +143,9 @@ final class ClientSession: ConnectionHandler {
         case .stable:
             fleet.snap.open += 1
             fleet.snap.everEstablished += 1
+        case .storm:
+            fleet.snap.open += 1
+            if resume == nil { fleet.snap.everEstablished += 1 } else { fleet.snap.reconnected += 1 }
         case .slow:
             fleet.snap.open += 1
             fleet.snap.slowOpen += 1
@@ -142,7 +188,12 @@ final class ClientSession: ConnectionHandler {
                     if fleet.config.target.subscribesByMessage {
                         state = .subscribing
                         var frame: [UInt8] = []
-                        let msg = Array(#"{"type":"subscribe","channels":["\#(fleet.config.target.channel)"],"id":1}"#.utf8)
+                        let channel = fleet.config.target.channel
+                        var since = ""
+                        if let r = resume {
+                            since = #","since":{"\#(channel)":{"epoch":"\#(r.epoch)","seq":\#(r.seq),"broadcastSeq":\#(r.broadcastSeq)}}"#
+                        }
+                        let msg = Array(#"{"type":"subscribe","channels":["\#(channel)"]\#(since),"id":1}"#.utf8)
                         msg.withUnsafeBytes { FrameEncoder.encodeClient(opcode: .text, payload: $0, into: &frame) }
                         connection.write(SharedBytes(frame))
                     } else {
@@ -182,17 +233,28 @@ final class ClientSession: ConnectionHandler {
         case .text(let p):
             if state == .subscribing {
                 if countOccurrences(patSubscribed, in: p, from: 0, to: p.count) > 0 {
+                    if fleet.config.storm { subscribedReply(p) }
                     established()
                 } else if countOccurrences(patError, in: p, from: 0, to: p.count) > 0 {
                     failOnce("subscribe refused")
                     state = .closing
                     connection.close(.abort)
+                } else if fleet.config.storm, resume != nil, scanValue(patT, in: p) != nil {
+                    fleet.snap.replayed += 1  // the replay comes before the reply
+                    follow(p)
                 }
                 return
             }
             guard let stamp = scanValue(patT, in: p) else {
                 fleet.snap.otherMessages += 1
                 return
+            }
+            if fleet.config.storm {
+                follow(p)
+                if role == .storm {
+                    fleet.snap.received += 1
+                    return
+                }
             }
             let now = monotonicNanos()
             let latency = now > stamp.value ? now - stamp.value : 0
@@ -226,6 +288,37 @@ final class ClientSession: ConnectionHandler {
             connection.write(SharedBytes(frame))
             connection.close(.graceful(linger: .seconds(1)))
         }
+    }
+
+    /// Checks an event's seq against the stream's position (events of one stream arrive in seq order).
+    private func follow(_ p: UnsafeRawBufferPointer) {
+        guard let seq = scanValue(patSeq, in: p)?.value else { return }
+        if seq <= position.seq {
+            fleet.snap.duplicates += 1
+        } else {
+            if seq != position.seq + 1 { fleet.snap.gaps += 1 }
+            position.seq = seq
+        }
+    }
+
+    /// The `subscribed` reply: the stream's position; for a resume, whether it recovered (and then the replay,
+    /// already received, must have brought the position to the reply's seq).
+    private func subscribedReply(_ p: UnsafeRawBufferPointer) {
+        let seq = scanValue(patSeq, in: p)?.value ?? 0
+        let broadcastSeq = scanValue(patBroadcastSeq, in: p)?.value ?? 0
+        let epoch = scanString(patEpoch, in: p) ?? ""
+        if resume != nil {
+            let now = monotonicNanos()
+            if countOccurrences(patRecoveredTrue, in: p, from: 0, to: p.count) > 0 {
+                fleet.snap.recovered += 1
+                if position.seq != seq { fleet.snap.gaps += 1 }
+            } else {
+                fleet.snap.notRecovered[scanString(patReason, in: p) ?? "unknown", default: 0] += 1
+            }
+            fleet.recovery.record(now &- startedAt)
+            fleet.snap.lastRecoveryDoneAt = max(fleet.snap.lastRecoveryDoneAt, now)
+        }
+        position = StormPosition(epoch: epoch, seq: seq, broadcastSeq: broadcastSeq)
     }
 
     func connectionClosed(_ connection: Connection, reason: CloseReason) {
@@ -264,7 +357,12 @@ final class Fleet: @unchecked Sendable {
     var snap = WorkerSnap()
     var latency = Histogram()
     var handshake = Histogram()
+    var recovery = Histogram()
     var events: [UInt64: (UInt64, UInt64)] = [:]
+    /// Storm clients waiting to reconnect: (account, position, dropped at).
+    var reconnects: [(account: String, position: StormPosition, droppedAt: UInt64)] = []
+    var reconnectNext = 0
+    var stormStartedAt: UInt64 = 0
     var live: [ObjectIdentifier: ClientSession] = [:]
     var pending = 0
     var nextIndex = 0
@@ -309,7 +407,8 @@ final class Fleet: @unchecked Sendable {
             var n = min(due, config.count) - nextIndex
             n = min(n, config.maxPending - pending)
             while n > 0 {
-                let role: ClientSession.Role = slowEvery > 0 && nextIndex % slowEvery == slowEvery - 1 ? .slow : .stable
+                var role: ClientSession.Role = slowEvery > 0 && nextIndex % slowEvery == slowEvery - 1 ? .slow : .stable
+                if config.storm && nextIndex >= config.controlCount { role = .storm }
                 open(account: "\(config.accountPrefix)\(config.accountStart + nextIndex)", role: role)
                 nextIndex += 1
                 n -= 1
@@ -317,6 +416,18 @@ final class Fleet: @unchecked Sendable {
         } else if !snap.rampDone && pending == 0 {
             snap.rampDone = true
             churnStartedAt = now
+        } else if reconnectNext < reconnects.count {
+            var n = config.maxPending - pending
+            let back = stormStartedAt &+ UInt64(config.awayMs) * 1_000_000
+            if config.stormRate > 0 {
+                n = min(n, Int(Double(now > back ? now - back : 0) / 1e9 * config.stormRate) + 1 - reconnectNext)
+            }
+            while n > 0, reconnectNext < reconnects.count, reconnects[reconnectNext].droppedAt &+ UInt64(config.awayMs) * 1_000_000 <= now, back <= now {
+                let r = reconnects[reconnectNext]
+                open(account: r.account, role: .storm, resume: r.position)
+                reconnectNext += 1
+                n -= 1
+            }
         } else if snap.rampDone && config.churnRate > 0 {
             let due = Int(Double(now - churnStartedAt) / 1e9 * config.churnRate) + 1
             var n = min(due - churnNext, config.maxPending - pending)
@@ -328,10 +439,23 @@ final class Fleet: @unchecked Sendable {
         }
     }
 
-    private func open(account: String, role: ClientSession.Role) {
-        if role == .churn { snap.churnAttempted += 1 } else { snap.attempted += 1 }
+    /// Drops every open storm client at once (an abortive close, like a network loss) and queues its reconnect.
+    func storm() {
+        let now = monotonicNanos()
+        stormStartedAt = now
+        for (_, session) in live where session.role == .storm && session.state == .open {
+            session.state = .closing
+            snap.open -= 1
+            snap.stormDropped += 1
+            reconnects.append((session.account, session.position, now))
+            session.connection?.close(.abort)
+        }
+    }
+
+    private func open(account: String, role: ClientSession.Role, resume: StormPosition? = nil) {
+        if role == .churn { snap.churnAttempted += 1 } else if resume == nil { snap.attempted += 1 }
         pending += 1
-        let session = ClientSession(fleet: self, role: role)
+        let session = ClientSession(fleet: self, role: role, account: account, resume: resume)
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { session.failOnce("socket: \(errnoName(errno))"); return }
         var one: Int32 = 1
@@ -382,6 +506,10 @@ final class Fleet: @unchecked Sendable {
             s.handshake = handshake
             latency.reset()
             handshake.reset()
+            if config.storm {
+                s.recovery = recovery
+                recovery.reset()
+            }
             if config.trackEvents {
                 s.events = events.map { [$0.key, $0.value.0, $0.value.1] }
                 events.removeAll(keepingCapacity: true)
@@ -427,6 +555,8 @@ enum WorkerMain {
             switch line.trimmingCharacters(in: .whitespaces) {
             case "snap":
                 if let s = try? loop.submitAndWait({ fleet.snapshot(histograms: true) }) { emit("snap", s) }
+            case "storm":
+                loop.execute { fleet.storm() }
             case "stop":
                 if let s = try? loop.submitAndWait({ fleet.snapshot(histograms: true) }) { emit("final", s) }
                 _ = try? loop.submitAndWait { fleet.closeAll() }

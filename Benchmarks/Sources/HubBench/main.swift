@@ -7,6 +7,7 @@ let arguments = Array(CommandLine.arguments.dropFirst())
 guard let command = arguments.first else {
     print("""
     usage: hubbench SCENARIO [options]        scenarios: connections broadcast per-account churn slow publish
+                                              reconnect-storm (hub only)
            hubbench report --results DIR --out FILE
       --server NAME --kind hub|jwt|nchan --port N --publish unix:PATH|http://H:P/publish|nchan://H:P
       --server-pid PID (RSS/CPU from /proc) --admin-socket PATH (hub) --out FILE.json
@@ -21,7 +22,7 @@ case "worker":
     WorkerMain.run(arguments.count > 1 ? arguments[1] : "")
 case "report":
     Report.run(options)
-case "connections", "broadcast", "per-account", "churn", "slow", "publish":
+case "connections", "broadcast", "per-account", "churn", "slow", "publish", "reconnect-storm":
     let c = Coordinator(scenario: command, options: options)
     switch command {
     case "connections": c.runConnections()
@@ -29,6 +30,7 @@ case "connections", "broadcast", "per-account", "churn", "slow", "publish":
     case "per-account": c.runPerAccount()
     case "churn": c.runChurn()
     case "slow": c.runSlow()
+    case "reconnect-storm": c.runReconnectStorm()
     default: c.runPublish()
     }
     c.finish()

@@ -14,11 +14,70 @@ public struct HistoryLimits: Sendable, Equatable {
         self.memoryBytes = memoryBytes
     }
 
-    /// What a retained event costs besides its frame bytes: the `PublishedEvent` object (~112 bytes with malloc
-    /// rounding), the `SharedBytes` object (48) and its buffer's malloc header (16), a ring slot (8), a FIFO entry
-    /// (24), and typical type/account strings that do not fit inline (~48). Measured: see Benchmarks/RESULTS.md
-    /// (bytes per retained event).
+    /// What a retained event is counted for besides its frame bytes: an upper bound of its real cost, which is its
+    /// `RetainedEvent` ring slot (32 bytes, up to twice that while the ring is not full), the `SharedBytes` object
+    /// (48) and its buffer's malloc header and rounding (16-31), and its FIFO entry (24, up to about four times that
+    /// with the ring's slack and stale entries of hot streams). Measured: about 150 bytes beyond the frame with
+    /// 100-event streams (`BrokerBench memory`, see Benchmarks/README.md, "Recovery").
     public static let perEventOverhead = 256
+}
+
+/// An event as the history keeps it: the frame every recipient was sent (replayed byte for byte) and what replays
+/// need, 32 bytes inline in the stream's ring. Not the `PublishedEvent` object (channel, account, type, wall time:
+/// ~110 bytes more per event), which is freed after fan-out; the frame's size is kept here, so accounting for a
+/// dropped event reads only its ring slot. Rarely needed facts (type, wall time) are derived.
+public struct RetainedEvent: Sendable {
+    public let frame: SharedBytes
+    public let seq: UInt64
+    /// Monotonic ns when the broker accepted it (TTL, and the order of a replay across two streams).
+    public let acceptedAt: UInt64
+    /// Where `data` starts in `frame` (it ends right before the payload's closing brace, the frame's last byte).
+    let dataStart: UInt32
+    let frameCount: UInt32
+
+    init(frame: SharedBytes, seq: UInt64, acceptedAt: UInt64, dataStart: Int) {
+        self.frame = frame
+        self.seq = seq
+        self.acceptedAt = acceptedAt
+        frameCount = UInt32(clamping: frame.count)
+        self.dataStart = UInt32(clamping: min(dataStart, max(0, frame.count - 1)))
+    }
+
+    init(_ event: PublishedEvent) {
+        self.init(frame: event.frame, seq: event.seq, acceptedAt: event.acceptedAt, dataStart: event.dataRange.lowerBound)
+    }
+
+    /// What the history counts for it.
+    var cost: Int { Int(frameCount) + HistoryLimits.perEventOverhead }
+
+    var dataRange: Range<Int> { Int(dataStart)..<max(Int(dataStart), Int(frameCount) - 1) }
+
+    /// The backend's `data`, byte for byte.
+    var data: UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: frame.bytes[dataRange]) }
+
+    /// The JSON payload behind the frame header (an unmasked server header is 2, 4 or 10 bytes).
+    var payload: UnsafeRawBufferPointer {
+        let n = frame.count
+        let header = n - 2 <= 125 ? 2 : (n - 4 <= 0xFFFF ? 4 : 10)
+        return UnsafeRawBufferPointer(rebasing: frame.bytes[min(header, n)...])
+    }
+
+    /// The event's type, read back from its frame (admin views and the state file only).
+    public var type: String {
+        var found = ""
+        let payload = self.payload
+        try? JSONScanner.forEachMember(in: payload) { key, value in
+            if found.isEmpty, value.kind == .string, key.stringEquals("type", in: payload) {
+                found = JSONScanner.decodeString(value, in: payload)
+            }
+        }
+        return found
+    }
+
+    /// Wall-clock seconds when it was accepted, from its age on the monotonic clock.
+    func wallTime(wallNow: Double = wallClockSeconds(), monotonicNow: UInt64 = monotonicNanos()) -> Double {
+        wallNow - Double(monotonicNow > acceptedAt ? monotonicNow - acceptedAt : 0) / 1e9
+    }
 }
 
 /// One stream: its numbering, its retained events (contiguous seqs, oldest first) and how many connections of this
@@ -28,7 +87,7 @@ final class StreamState {
     /// Bumped by the store for every stream entry it creates: a stream forgotten and created again is told apart.
     let generation: UInt64
     var lastSeq: UInt64
-    var events = Ring<PublishedEvent>()
+    var events = Ring<RetainedEvent>()
     /// Monotonic ns of the last publish, or of the last follower leaving.
     var lastActivity: UInt64
     /// Connections subscribed to this stream (a followed stream is never forgotten: its numbering must go on).
@@ -45,14 +104,16 @@ final class StreamState {
         self.lastActivity = now
     }
 
-    /// The seq of the oldest retained event.
-    var firstRetainedSeq: UInt64? { events.first?.seq }
+    /// The seq of the oldest retained event. Retained seqs are contiguous and end at `lastSeq` (events are retained
+    /// as they are numbered and only ever dropped from the front), so this touches no event: eviction checks run on
+    /// cold streams.
+    var firstRetainedSeq: UInt64? { events.isEmpty ? nil : lastSeq &- UInt64(events.count) &+ 1 }
 }
 
 /// What a read of a stream's history found.
 public enum HistoryRead: Sendable, Equatable {
     /// Every event after the position, oldest first (empty when the position is the stream's top).
-    case events([PublishedEvent])
+    case events([RetainedEvent])
     /// Some event after the position is no longer retained (evicted, expired, or history is off).
     case tooOld
     /// More events after the position than the caller may replay.
@@ -93,6 +154,8 @@ struct HistoryStore {
     private struct OrderEntry {
         let stream: StreamState
         let seq: UInt64
+        /// The event's `acceptedAt`: the TTL check looks at the front entry alone.
+        let acceptedAt: UInt64
     }
     private var order = Ring<OrderEntry>()
     private var staleInOrder = 0
@@ -124,8 +187,6 @@ struct HistoryStore {
     var orderEntryCount: Int { order.count }
     var idleEntryCount: Int { idle.count }
 
-    static func cost(_ event: PublishedEvent) -> Int { event.frame.count + HistoryLimits.perEventOverhead }
-
     /// The stream, if the store has it.
     func stream(_ key: StreamKey) -> StreamState? { streams[key] }
 
@@ -149,15 +210,16 @@ struct HistoryStore {
     }
 
     /// Retains `event` (just numbered in `stream`), then applies the bounds.
-    mutating func retain(_ event: PublishedEvent, in stream: StreamState, now: UInt64) {
+    mutating func retain(_ published: PublishedEvent, in stream: StreamState, now: UInt64) {
         guard limits.size > 0 else {
             becameEmpty(stream, now: now)  // never holds an event: only the idle queue can forget it
             return
         }
+        let event = RetainedEvent(published)
         stream.events.append(event)
         eventCount += 1
-        bytes += Self.cost(event)
-        order.append(OrderEntry(stream: stream, seq: event.seq))
+        bytes += event.cost
+        order.append(OrderEntry(stream: stream, seq: event.seq, acceptedAt: event.acceptedAt))
         if stream.events.count > limits.size {
             drop(from: stream)
             staleInOrder += 1  // its FIFO entry stays behind
@@ -171,7 +233,7 @@ struct HistoryStore {
     private mutating func drop(from stream: StreamState) {
         guard let event = stream.events.removeFirst() else { return }
         eventCount -= 1
-        bytes -= Self.cost(event)
+        bytes -= event.cost
     }
 
     /// Pops the FIFO's front; if live, drops that event. Returns false when the FIFO is empty.
@@ -187,19 +249,17 @@ struct HistoryStore {
         return true
     }
 
-    /// Drops events older than the TTL from the FIFO's front (at most `budget` entries).
+    /// Drops events older than the TTL from the FIFO's front (at most `budget` entries). Stale entries at the front
+    /// go with them; a young stale entry stops the scan like a live one (it is dropped later).
     private mutating func expire(now: UInt64, budget: Int) {
         var left = budget
-        while left > 0, let entry = order.first {
+        while left > 0, let t = order.first?.acceptedAt, t &+ limits.ttlNanos <= now, let entry = order.removeFirst() {
             left -= 1
             if entry.stream.firstRetainedSeq == entry.seq {
-                guard let event = entry.stream.events.first, event.acceptedAt &+ limits.ttlNanos <= now else { return }
-                order.removeFirst()
                 drop(from: entry.stream)
                 expirations += 1
                 if entry.stream.events.isEmpty { becameEmpty(entry.stream, now: now) }
             } else {
-                order.removeFirst()
                 staleInOrder -= 1
             }
         }
@@ -288,15 +348,15 @@ struct HistoryStore {
         guard top - after <= UInt64(max(0, limit)) else { return .tooMany }
         let start = Int(after &+ 1 - first)
         guard start <= stream.events.count else { return .tooOld }  // never: retained seqs end at lastSeq
-        var events: [PublishedEvent] = []
+        var events: [RetainedEvent] = []
         events.reserveCapacity(Int(top - after))
         for i in start..<stream.events.count { events.append(stream.events[i]) }
         return .events(events)
     }
 
     /// Every retained event with seq > `after` (admin views), oldest first.
-    static func retained(_ stream: StreamState, after: UInt64) -> [PublishedEvent] {
-        var events: [PublishedEvent] = []
+    static func retained(_ stream: StreamState, after: UInt64) -> [RetainedEvent] {
+        var events: [RetainedEvent] = []
         for i in 0..<stream.events.count where stream.events[i].seq > after { events.append(stream.events[i]) }
         return events
     }
@@ -304,8 +364,8 @@ struct HistoryStore {
     // MARK: Persistence
 
     /// Every stream, and the retained events in publish order, for the state file.
-    func exportStreams() -> (streams: [StreamState], events: [(stream: StreamState, event: PublishedEvent)]) {
-        var live: [(stream: StreamState, event: PublishedEvent)] = []
+    func exportStreams() -> (streams: [StreamState], events: [(stream: StreamState, event: RetainedEvent)]) {
+        var live: [(stream: StreamState, event: RetainedEvent)] = []
         live.reserveCapacity(eventCount)
         for i in 0..<order.count {
             let entry = order[i]
@@ -325,11 +385,11 @@ struct HistoryStore {
     }
 
     /// Restores one retained event, in publish order; the caller restores a stream's events in seq order.
-    mutating func restoreEvent(_ event: PublishedEvent, in stream: StreamState, now: UInt64) {
+    mutating func restoreEvent(_ event: RetainedEvent, in stream: StreamState, now: UInt64) {
         stream.events.append(event)
         eventCount += 1
-        bytes += Self.cost(event)
-        order.append(OrderEntry(stream: stream, seq: event.seq))
+        bytes += event.cost
+        order.append(OrderEntry(stream: stream, seq: event.seq, acceptedAt: event.acceptedAt))
         while stream.events.count > limits.size {
             drop(from: stream)
             staleInOrder += 1

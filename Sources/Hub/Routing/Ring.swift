@@ -37,8 +37,7 @@ struct Ring<Element> {
     @discardableResult
     mutating func removeFirst() -> Element? {
         guard count > 0 else { return nil }
-        let element = storage[head]
-        storage[head] = nil
+        let element = storage[head].take()  // moved out: no retain/release pair on a cold element
         head = (head + 1) & (storage.count - 1)
         count -= 1
         if count == 0 { head = 0 }

@@ -53,13 +53,6 @@ public final class PublishedEvent: Sendable {
 
     public var data: UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: frame.bytes[dataRange]) }
 
-    /// The JSON payload behind the frame header (an unmasked server header is 2, 4 or 10 bytes).
-    var payload: UnsafeRawBufferPointer {
-        let n = frame.count
-        let header = n - 2 <= 125 ? 2 : (n - 4 <= 0xFFFF ? 4 : 10)
-        return UnsafeRawBufferPointer(rebasing: frame.bytes[min(header, n)...])
-    }
-
     var stream: StreamKey { StreamKey(channel: channel, account: account) }
 }
 
@@ -134,14 +127,14 @@ public struct StreamPosition: Sendable {
     /// The stream's last seq at the moment of the read: every later event reaches the connection live.
     public var seq: UInt64
     /// nil when no resume was asked; else every event after the position (oldest first), or why not.
-    public var replay: Result<[PublishedEvent], RecoveryFailure>?
+    public var replay: Result<[RetainedEvent], RecoveryFailure>?
 }
 
 /// A stream's retained events, for admin views.
 public struct StreamHistory: Sendable {
     public var epoch: String
     public var seq: UInt64
-    public var events: [PublishedEvent]
+    public var events: [RetainedEvent]
 }
 
 /// Counters and gauges of the broker's history and idempotency keys (`stats`, `/metrics`).

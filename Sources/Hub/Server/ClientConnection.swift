@@ -496,7 +496,7 @@ final class ClientConnection: ConnectionHandler {
     }
 
     /// Writes replayed frames (the history's own shared bytes). False when the connection could not take them.
-    private func replay(_ events: [PublishedEvent]) -> Bool {
+    private func replay(_ events: [RetainedEvent]) -> Bool {
         guard let connection, phase == .webSocket else { return false }
         for event in events {
             if connection.write(event.frame) == .overCap {

@@ -325,9 +325,11 @@ final class HubCore: Sendable {
         w.key("epoch"); if let view { w.string(view.epoch) } else { w.null() }
         w.field("seq", view?.seq ?? 0)
         w.key("events"); w.beginArray()
+        let (wallNow, monotonicNow) = (wallClockSeconds(), monotonicNanos())
         for e in shown {
             w.beginObject()
-            w.field("seq", e.seq); w.field("type", e.type); w.field("at", e.wallTime); w.field("size", e.frame.count)
+            w.field("seq", e.seq); w.field("type", e.type); w.field("at", e.wallTime(wallNow: wallNow, monotonicNow: monotonicNow))
+            w.field("size", e.frame.count)
             w.endObject()
         }
         w.endArray()

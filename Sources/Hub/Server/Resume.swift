@@ -17,25 +17,25 @@ enum Resume {
 
     /// One answer for both streams: replay both or neither. The most fundamental failure wins (a restarted numbering,
     /// then events gone, then too many).
-    static func combine(_ account: Result<[PublishedEvent], RecoveryFailure>?, _ broadcast: Result<[PublishedEvent], RecoveryFailure>?)
-        -> Result<[PublishedEvent], RecoveryFailure> {
+    static func combine(_ account: Result<[RetainedEvent], RecoveryFailure>?, _ broadcast: Result<[RetainedEvent], RecoveryFailure>?)
+        -> Result<[RetainedEvent], RecoveryFailure> {
         let failures = [account, broadcast].compactMap { result -> RecoveryFailure? in
             if case .failure(let f) = result { return f }
             return nil
         }
         for failure in [RecoveryFailure.epochChanged, .tooOld, .tooMany] where failures.contains(failure) { return .failure(failure) }
-        var a: [PublishedEvent] = []
-        var b: [PublishedEvent] = []
+        var a: [RetainedEvent] = []
+        var b: [RetainedEvent] = []
         if case .success(let events) = account { a = events }
         if case .success(let events) = broadcast { b = events }
         return .success(merge(a, b))
     }
 
     /// Both streams' events in the order they were published (each stream stays in seq order).
-    static func merge(_ a: [PublishedEvent], _ b: [PublishedEvent]) -> [PublishedEvent] {
+    static func merge(_ a: [RetainedEvent], _ b: [RetainedEvent]) -> [RetainedEvent] {
         if a.isEmpty { return b }
         if b.isEmpty { return a }
-        var merged: [PublishedEvent] = []
+        var merged: [RetainedEvent] = []
         merged.reserveCapacity(a.count + b.count)
         var i = 0, j = 0
         while i < a.count && j < b.count {

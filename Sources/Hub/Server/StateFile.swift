@@ -153,7 +153,8 @@ enum StateFile {
             let event = SavedBrokerState.Event(stream: Int(try r.u32()), seq: try r.u64(), wallTime: try r.f64(), type: try r.string(),
                                                payload: try r.bytes(), dataStart: Int(try r.u32()), dataEnd: Int(try r.u32()))
             guard event.stream < state.streams.count else { throw Invalid("event of stream index \(event.stream) out of range") }
-            guard event.dataStart <= event.dataEnd, event.dataEnd < event.payload.count, event.payload.count >= 2 else {
+            // `data` is the payload's last member: it ends right before the closing brace.
+            guard event.payload.count >= 2, event.dataEnd == event.payload.count - 1, event.dataStart <= event.dataEnd else {
                 throw Invalid("event data range out of its payload")
             }
             state.events.append(event)
@@ -337,11 +338,13 @@ extension LocalBroker {
                 saved.streams.append(.init(channel: stream.key.channel, account: stream.key.account?.string,
                                            generation: stream.generation, lastSeq: stream.lastSeq))
             }
+            let (wallNow, monotonicNow) = (wallClockSeconds(), monotonicNanos())
             for (stream, event) in events {
                 guard let i = index[ObjectIdentifier(stream)] else { continue }
                 let payload = event.payload
                 let payloadStart = event.frame.count - payload.count
-                saved.events.append(.init(stream: i, seq: event.seq, wallTime: event.wallTime, type: event.type, payload: Array(payload),
+                saved.events.append(.init(stream: i, seq: event.seq, wallTime: event.wallTime(wallNow: wallNow, monotonicNow: monotonicNow),
+                                          type: event.type, payload: Array(payload),
                                           dataStart: event.dataRange.lowerBound - payloadStart,
                                           dataEnd: event.dataRange.upperBound - payloadStart))
             }
@@ -394,10 +397,9 @@ extension LocalBroker {
             keeping[event.stream] = true
             let frame = event.payload.withUnsafeBytes { LoopContext.frame(opcode: .text, $0) }
             let offset = frame.count - event.payload.count
-            let published = PublishedEvent(channel: stream.key.channel, account: stream.key.account, type: event.type, seq: event.seq,
-                                           frame: frame, dataRange: (offset + event.dataStart)..<(offset + event.dataEnd),
-                                           acceptedAt: now > eventAge ? now - eventAge : 0, wallTime: event.wallTime)
-            s.history.restoreEvent(published, in: stream, now: now)
+            let retained = RetainedEvent(frame: frame, seq: event.seq, acceptedAt: now > eventAge ? now - eventAge : 0,
+                                         dataStart: offset + event.dataStart)
+            s.history.restoreEvent(retained, in: stream, now: now)
         }
         s.history.finishRestore(now: now)
 
