@@ -25,11 +25,11 @@ public enum JWTClaimValue: Sendable, Equatable {
             out += "]"
         case .object(let members):
             out += "{"
-            for (index, key) in members.keys.sorted().enumerated() {
+            for (index, member) in members.sorted(by: { $0.key < $1.key }).enumerated() {
                 if index > 0 { out += "," }
-                out += JSONText.quote(key)
+                out += JSONText.quote(member.key)
                 out += ":"
-                members[key]!.write(into: &out)
+                member.value.write(into: &out)
             }
             out += "}"
         }
@@ -112,8 +112,8 @@ public struct JWTClaims: Sendable, Equatable {
         if let nbf { member("nbf") { $0 += String(nbf) } }
         if let iat { member("iat") { $0 += String(iat) } }
         if let jti { member("jti") { $0 += JSONText.quote(jti) } }
-        for key in extra.keys.sorted() where !JWTClaims.registeredNames.contains(key) {
-            member(key) { extra[key]!.write(into: &$0) }
+        for (key, value) in extra.sorted(by: { $0.key < $1.key }) where !JWTClaims.registeredNames.contains(key) {
+            member(key) { value.write(into: &$0) }
         }
         out += "}"
         return out
