@@ -1,0 +1,468 @@
+// RESP, the Redis serialization protocol (RESP2 and RESP3), as a pure codec: no I/O, no clocks, no threads.
+// The decoder follows the engine's read contract (`ConnectionHandler.connectionReadable`, like `LineFramer`): it is
+// handed the bytes the engine holds, returns each complete value and how many bytes it consumed, and the engine keeps
+// the rest in front of the next read. Partial aggregates and partial bulk strings are absorbed by the decoder, so
+// the engine only ever keeps an incomplete header line (bounded by `RESPLimits.maxLineBytes`).
+//
+// Redis is the hub's own broker, but its replies still cross a socket: every length, count and number is checked,
+// nothing is trusted for an allocation size, nesting is bounded, and a decoder that has thrown stays failed (it
+// never parses from a half-checked state).
+
+/// One RESP value. RESP2 and RESP3 types map onto these cases:
+/// `+` simple, `-` and `!` error, `:` integer, `$` and `=` bulk (a verbatim string's `xxx:` format prefix is
+/// checked and dropped), `$-1`, `*-1` and `_` null, `*` and `~` array, `%` map (keys and values alternating),
+/// `>` push, `#` boolean, `,` double, `(` big number. `|` attributes are checked and dropped: the value they annotate
+/// is returned in their place.
+public enum RESPValue: Sendable, Equatable {
+    case simple(String)
+    case error(String)
+    case integer(Int64)
+    case bulk([UInt8])
+    case null
+    case array([RESPValue])
+    case map([RESPValue])
+    case push([RESPValue])
+    case boolean(Bool)
+    case double(Double)
+    case bigNumber(String)
+
+    /// A simple or bulk string as text (bulk bytes that are not UTF-8 are repaired, as `String(decoding:)` does).
+    public var string: String? {
+        switch self {
+        case .simple(let s): return s
+        case .bulk(let b): return String(decoding: b, as: UTF8.self)
+        default: return nil
+        }
+    }
+
+    public var int: Int64? {
+        if case .integer(let n) = self { return n }
+        return nil
+    }
+
+    /// The elements of an array, set or push.
+    public var elements: [RESPValue]? {
+        switch self {
+        case .array(let a), .push(let a): return a
+        default: return nil
+        }
+    }
+
+    public var isError: Bool {
+        if case .error = self { return true }
+        return false
+    }
+}
+
+/// Bounds on what the decoder accepts. Redis's own limits are larger (`proto-max-bulk-len` 512 MB); the hub never
+/// stores or asks for anything near these.
+public struct RESPLimits: Sendable, Equatable {
+    /// A header line or a simple string/error/number, without its CRLF.
+    public var maxLineBytes: Int
+    /// One bulk string or bulk error.
+    public var maxBulkBytes: Int
+    /// Elements of one aggregate (a map counts keys and values).
+    public var maxElements: Int
+    /// Aggregates inside aggregates (attributes included).
+    public var maxDepth: Int
+
+    public init(maxLineBytes: Int = 64 << 10, maxBulkBytes: Int = 64 << 20, maxElements: Int = 1 << 20, maxDepth: Int = 32) {
+        self.maxLineBytes = max(1, maxLineBytes)
+        self.maxBulkBytes = max(0, maxBulkBytes)
+        self.maxElements = max(0, maxElements)
+        self.maxDepth = max(1, maxDepth)
+    }
+}
+
+/// Why a byte stream is not RESP (or not RESP the decoder accepts).
+public struct RESPError: Error, Sendable, Equatable, CustomStringConvertible {
+    public enum Kind: String, Sendable, Equatable {
+        /// A type byte RESP does not define.
+        case unknownType
+        /// A streamed string or aggregate (`$?`, `*?`): RESP3 defines them, Redis never sends them.
+        case unsupported
+        /// A length or count that is not a decimal integer, is negative where null is not allowed, or overflows.
+        case badLength
+        case badInteger
+        case badDouble
+        case badBoolean
+        case badBigNumber
+        /// A verbatim string without its three-byte format and colon.
+        case badVerbatim
+        /// A null (`_`) line that is not empty.
+        case badNull
+        /// A line ends with a bare CR or LF, or a bulk payload is not followed by CRLF.
+        case badTerminator
+        case lineTooLong
+        case bulkTooLong
+        case tooManyElements
+        case tooDeep
+    }
+
+    public let kind: Kind
+    /// Offset of the offending byte in the buffer the failing call was handed.
+    public let offset: Int
+
+    public var description: String { "RESP: \(kind.rawValue) at offset \(offset)" }
+}
+
+/// Incremental RESP decoder (see the file header for the read contract).
+public struct RESPDecoder: Sendable {
+    public enum Next: Sendable, Equatable {
+        /// A complete top-level value; scanning goes on at `next`.
+        case value(RESPValue, next: Int)
+        /// No complete value: consume up to `keep` (the decoder has absorbed those bytes) and hand the rest back in
+        /// front of the next read.
+        case incomplete(keep: Int)
+    }
+
+    public let limits: RESPLimits
+    /// The error that failed the stream: every later call throws it again.
+    public private(set) var failure: RESPError? = nil
+
+    private struct Aggregate: Sendable {
+        let type: UInt8
+        let expected: Int
+        var items: [RESPValue]
+    }
+    private var stack: [Aggregate] = []
+
+    /// A bulk string (or bulk error, or verbatim string) whose payload is arriving: `bytes` so far, then its CRLF.
+    private struct PendingBulk: Sendable {
+        let type: UInt8
+        let length: Int
+        var bytes: [UInt8]
+        var terminatorSeen = 0
+    }
+    private var bulk: PendingBulk? = nil
+
+    public init(limits: RESPLimits = RESPLimits()) {
+        self.limits = limits
+    }
+
+    /// True between values: nothing absorbed that belongs to an unfinished one.
+    public var isIdle: Bool { stack.isEmpty && bulk == nil && failure == nil }
+
+    /// The next complete top-level value of `buffer` at or after `start`.
+    public mutating func next(in buffer: UnsafeRawBufferPointer, from start: Int) throws(RESPError) -> Next {
+        if let failure { throw failure }
+        do throws(RESPError) {
+            return try scan(buffer, from: start)
+        } catch {
+            failure = error
+            stack = []
+            bulk = nil
+            throw error
+        }
+    }
+
+    private mutating func scan(_ buffer: UnsafeRawBufferPointer, from start: Int) throws(RESPError) -> Next {
+        let count = buffer.count
+        var i = max(0, min(start, count))
+        while true {
+            if var pending = bulk {
+                // Payload bytes, then CRLF, each possibly split across reads.
+                let want = pending.length - pending.bytes.count
+                if want > 0 {
+                    let take = min(want, count - i)
+                    if take > 0 {
+                        pending.bytes.append(contentsOf: UnsafeRawBufferPointer(rebasing: buffer[i..<(i + take)]))
+                        i += take
+                    }
+                    if take < want {
+                        bulk = pending
+                        return .incomplete(keep: i)
+                    }
+                }
+                while pending.terminatorSeen < 2 {
+                    guard i < count else {
+                        bulk = pending
+                        return .incomplete(keep: i)
+                    }
+                    let expected: UInt8 = pending.terminatorSeen == 0 ? 0x0D : 0x0A
+                    guard buffer[i] == expected else { throw RESPError(kind: .badTerminator, offset: i) }
+                    pending.terminatorSeen += 1
+                    i += 1
+                }
+                bulk = nil
+                let value = try Self.bulkValue(type: pending.type, pending.bytes, offset: i)
+                if let done = try complete(value, offset: i) { return .value(done, next: i) }
+                continue
+            }
+
+            // A type byte and its line.
+            guard i < count else { return .incomplete(keep: i) }
+            let type = buffer[i]
+            guard Self.isKnownType(type) else { throw RESPError(kind: .unknownType, offset: i) }
+            guard let lineEnd = try Self.findLineEnd(buffer, from: i + 1, limit: limits.maxLineBytes) else {
+                return .incomplete(keep: i)
+            }
+            let line = UnsafeRawBufferPointer(rebasing: buffer[(i + 1)..<lineEnd])
+            let lineOffset = i + 1
+            let after = lineEnd + 2
+            switch type {
+            case UInt8(ascii: "+"):
+                i = after
+                if let done = try complete(.simple(String(decoding: line, as: UTF8.self)), offset: i) { return .value(done, next: i) }
+            case UInt8(ascii: "-"):
+                i = after
+                if let done = try complete(.error(String(decoding: line, as: UTF8.self)), offset: i) { return .value(done, next: i) }
+            case UInt8(ascii: ":"):
+                guard let n = Self.parseInteger(line) else { throw RESPError(kind: .badInteger, offset: lineOffset) }
+                i = after
+                if let done = try complete(.integer(n), offset: i) { return .value(done, next: i) }
+            case UInt8(ascii: "_"):
+                guard line.isEmpty else { throw RESPError(kind: .badNull, offset: lineOffset) }
+                i = after
+                if let done = try complete(.null, offset: i) { return .value(done, next: i) }
+            case UInt8(ascii: "#"):
+                guard line.count == 1, line[0] == UInt8(ascii: "t") || line[0] == UInt8(ascii: "f") else {
+                    throw RESPError(kind: .badBoolean, offset: lineOffset)
+                }
+                i = after
+                if let done = try complete(.boolean(line[0] == UInt8(ascii: "t")), offset: i) { return .value(done, next: i) }
+            case UInt8(ascii: ","):
+                guard let d = Self.parseDouble(line) else { throw RESPError(kind: .badDouble, offset: lineOffset) }
+                i = after
+                if let done = try complete(.double(d), offset: i) { return .value(done, next: i) }
+            case UInt8(ascii: "("):
+                guard Self.isBigNumber(line) else { throw RESPError(kind: .badBigNumber, offset: lineOffset) }
+                i = after
+                if let done = try complete(.bigNumber(String(decoding: line, as: UTF8.self)), offset: i) { return .value(done, next: i) }
+            case UInt8(ascii: "$"), UInt8(ascii: "!"), UInt8(ascii: "="):
+                if line.first == UInt8(ascii: "?") { throw RESPError(kind: .unsupported, offset: lineOffset) }
+                guard let n = Self.parseInteger(line), n >= (type == UInt8(ascii: "$") ? -1 : 0) else {
+                    throw RESPError(kind: .badLength, offset: lineOffset)
+                }
+                i = after
+                if n == -1 {
+                    if let done = try complete(.null, offset: i) { return .value(done, next: i) }
+                    continue
+                }
+                guard n <= Int64(limits.maxBulkBytes) else { throw RESPError(kind: .bulkTooLong, offset: lineOffset) }
+                let length = Int(n)
+                var bytes: [UInt8] = []
+                // Reserve what has arrived at most: the length alone is not a reason to allocate.
+                bytes.reserveCapacity(min(length, count - i))
+                bulk = PendingBulk(type: type, length: length, bytes: bytes)
+            case UInt8(ascii: "*"), UInt8(ascii: "~"), UInt8(ascii: "%"), UInt8(ascii: ">"), UInt8(ascii: "|"):
+                if line.first == UInt8(ascii: "?") { throw RESPError(kind: .unsupported, offset: lineOffset) }
+                guard let n = Self.parseInteger(line), n >= (type == UInt8(ascii: "*") ? -1 : 0) else {
+                    throw RESPError(kind: .badLength, offset: lineOffset)
+                }
+                i = after
+                if n == -1 {
+                    if let done = try complete(.null, offset: i) { return .value(done, next: i) }
+                    continue
+                }
+                // A map or attribute of n pairs holds 2n values.
+                let pairs = type == UInt8(ascii: "%") || type == UInt8(ascii: "|")
+                guard n <= Int64(pairs ? limits.maxElements / 2 : limits.maxElements) else {
+                    throw RESPError(kind: .tooManyElements, offset: lineOffset)
+                }
+                let expected = pairs ? Int(n) * 2 : Int(n)
+                guard stack.count < limits.maxDepth else { throw RESPError(kind: .tooDeep, offset: i - 1) }
+                if expected == 0 {
+                    if type == UInt8(ascii: "|") { continue }  // an empty attribute annotates the next value
+                    if let done = try complete(Self.aggregateValue(type: type, []), offset: i) { return .value(done, next: i) }
+                    continue
+                }
+                var items: [RESPValue] = []
+                items.reserveCapacity(min(expected, 1024))
+                stack.append(Aggregate(type: type, expected: expected, items: items))
+            default:
+                throw RESPError(kind: .unknownType, offset: i)
+            }
+        }
+    }
+
+    private static func isKnownType(_ type: UInt8) -> Bool {
+        switch type {
+        case UInt8(ascii: "+"), UInt8(ascii: "-"), UInt8(ascii: ":"), UInt8(ascii: "_"), UInt8(ascii: "#"), UInt8(ascii: ","),
+             UInt8(ascii: "("), UInt8(ascii: "$"), UInt8(ascii: "!"), UInt8(ascii: "="), UInt8(ascii: "*"), UInt8(ascii: "~"),
+             UInt8(ascii: "%"), UInt8(ascii: ">"), UInt8(ascii: "|"):
+            return true
+        default:
+            return false
+        }
+    }
+
+    /// Adds a finished value to the innermost open aggregate, closing every aggregate it completes. Returns the
+    /// top-level value when one is complete.
+    private mutating func complete(_ value: RESPValue, offset: Int) throws(RESPError) -> RESPValue? {
+        var value = value
+        while var top = stack.popLast() {
+            top.items.append(value)
+            guard top.items.count == top.expected else {
+                stack.append(top)
+                return nil
+            }
+            if top.type == UInt8(ascii: "|") { return nil }  // attributes dropped: the annotated value follows
+            value = Self.aggregateValue(type: top.type, top.items)
+        }
+        return value
+    }
+
+    private static func aggregateValue(type: UInt8, _ items: [RESPValue]) -> RESPValue {
+        switch type {
+        case UInt8(ascii: "%"): return .map(items)
+        case UInt8(ascii: ">"): return .push(items)
+        default: return .array(items)
+        }
+    }
+
+    private static func bulkValue(type: UInt8, _ bytes: [UInt8], offset: Int) throws(RESPError) -> RESPValue {
+        switch type {
+        case UInt8(ascii: "!"):
+            return .error(String(decoding: bytes, as: UTF8.self))
+        case UInt8(ascii: "="):
+            guard bytes.count >= 4, bytes[3] == UInt8(ascii: ":") else { throw RESPError(kind: .badVerbatim, offset: offset) }
+            return .bulk(Array(bytes[4...]))
+        default:
+            return .bulk(bytes)
+        }
+    }
+
+    /// The index of the CR of the CRLF that ends the line starting at `from`, or nil when it has not arrived.
+    /// A bare CR or LF inside the line is an error (simple strings cannot hold them), and so is a line longer than
+    /// `limit` whatever follows.
+    private static func findLineEnd(_ buffer: UnsafeRawBufferPointer, from: Int, limit: Int) throws(RESPError) -> Int? {
+        let count = buffer.count
+        var j = from
+        let stop = min(count, from &+ limit &+ 1)
+        while j < stop {
+            let b = buffer[j]
+            if b == 0x0D {
+                guard j + 1 < count else { return nil }
+                guard buffer[j + 1] == 0x0A else { throw RESPError(kind: .badTerminator, offset: j) }
+                return j
+            }
+            if b == 0x0A { throw RESPError(kind: .badTerminator, offset: j) }
+            j += 1
+        }
+        if j - from > limit { throw RESPError(kind: .lineTooLong, offset: from) }
+        return nil
+    }
+
+    /// A decimal Int64: an optional sign, then 1-19 digits, overflow-checked.
+    static func parseInteger(_ line: UnsafeRawBufferPointer) -> Int64? {
+        var i = 0
+        var negative = false
+        if let first = line.first, first == UInt8(ascii: "-") || first == UInt8(ascii: "+") {
+            negative = first == UInt8(ascii: "-")
+            i = 1
+        }
+        guard i < line.count else { return nil }
+        var value: Int64 = 0
+        while i < line.count {
+            let d = line[i] &- UInt8(ascii: "0")
+            guard d <= 9 else { return nil }
+            let (m, o1) = value.multipliedReportingOverflow(by: 10)
+            let (s, o2) = negative ? m.subtractingReportingOverflow(Int64(d)) : m.addingReportingOverflow(Int64(d))
+            guard !o1, !o2 else { return nil }
+            value = s
+            i += 1
+        }
+        return value
+    }
+
+    /// A RESP3 double: `inf`, `-inf`, `nan`, or a decimal with optional fraction and exponent.
+    static func parseDouble(_ line: UnsafeRawBufferPointer) -> Double? {
+        guard !line.isEmpty, line.count <= 64 else { return nil }
+        let text = String(decoding: line, as: UTF8.self)
+        switch text {
+        case "inf", "+inf": return .infinity
+        case "-inf": return -.infinity
+        case "nan", "-nan": return .nan
+        default: break
+        }
+        // Digits, one sign at the start or after the exponent, one dot, one exponent: no hex, no "infinity".
+        var sawDigit = false, sawDot = false, sawExp = false
+        for (k, b) in line.enumerated() {
+            switch b {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): sawDigit = true
+            case UInt8(ascii: "+"), UInt8(ascii: "-"):
+                guard k == 0 || line[k - 1] == UInt8(ascii: "e") || line[k - 1] == UInt8(ascii: "E") else { return nil }
+            case UInt8(ascii: "."):
+                guard !sawDot, !sawExp else { return nil }
+                sawDot = true
+            case UInt8(ascii: "e"), UInt8(ascii: "E"):
+                guard !sawExp, sawDigit else { return nil }
+                sawExp = true
+            default: return nil
+            }
+        }
+        guard sawDigit else { return nil }
+        return Double(text)
+    }
+
+    /// A RESP3 big number: an optional sign and at least one digit.
+    static func isBigNumber(_ line: UnsafeRawBufferPointer) -> Bool {
+        var digits = line[...]
+        if let first = digits.first, first == UInt8(ascii: "-") || first == UInt8(ascii: "+") { digits = digits.dropFirst() }
+        return !digits.isEmpty && digits.allSatisfy { $0 &- UInt8(ascii: "0") <= 9 }
+    }
+}
+
+/// RESP requests: a command is an array of bulk strings. Appends to a caller's buffer (pipelining is appending
+/// several commands before one write), with no intermediate strings.
+public enum RESPEncoder {
+    /// `*count\r\n`: the header of a command of `count` arguments, which the caller then appends.
+    public static func appendArrayHeader(_ count: Int, to out: inout [UInt8]) {
+        out.append(UInt8(ascii: "*"))
+        appendDecimal(count, to: &out)
+        out.append(0x0D); out.append(0x0A)
+    }
+
+    public static func appendBulk(_ bytes: UnsafeRawBufferPointer, to out: inout [UInt8]) {
+        out.append(UInt8(ascii: "$"))
+        appendDecimal(bytes.count, to: &out)
+        out.append(0x0D); out.append(0x0A)
+        out.append(contentsOf: bytes)
+        out.append(0x0D); out.append(0x0A)
+    }
+
+    public static func appendBulk(_ bytes: [UInt8], to out: inout [UInt8]) {
+        bytes.withUnsafeBytes { appendBulk($0, to: &out) }
+    }
+
+    public static func appendBulk(_ string: String, to out: inout [UInt8]) {
+        var s = string
+        s.withUTF8 { appendBulk(UnsafeRawBufferPointer($0), to: &out) }
+    }
+
+    public static func appendBulk(_ n: Int, to out: inout [UInt8]) {
+        var digits: [UInt8] = []
+        appendDecimal(n, to: &digits)
+        appendBulk(digits, to: &out)
+    }
+
+    /// A whole command of string arguments (`["XRANGE", key, "-", "+"]`).
+    public static func appendCommand(_ arguments: [String], to out: inout [UInt8]) {
+        appendArrayHeader(arguments.count, to: &out)
+        for argument in arguments { appendBulk(argument, to: &out) }
+    }
+
+    public static func command(_ arguments: [String]) -> [UInt8] {
+        var out: [UInt8] = []
+        appendCommand(arguments, to: &out)
+        return out
+    }
+
+    static func appendDecimal(_ n: Int, to out: inout [UInt8]) {
+        if n < 0 { out.append(UInt8(ascii: "-")) }
+        var magnitude = n.magnitude
+        var reversed: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
+                       UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) =
+            (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        var count = 0
+        withUnsafeMutableBytes(of: &reversed) { digits in
+            repeat {
+                digits[count] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+                magnitude /= 10
+                count += 1
+            } while magnitude > 0
+            for k in stride(from: count - 1, through: 0, by: -1) { out.append(digits[k]) }
+        }
+    }
+}
