@@ -29,27 +29,31 @@ enum RedisPeer {
     static let skipReason: Comment = "redis-server is not installed (scripts/test installs Debian's redis-server and sets HUB_TEST_REQUIRE_PEERS=1, which makes its absence a failure)"
 }
 
-/// One `redis-server` of a test: Unix socket only, no RDB/AOF, in its own temporary directory.
+/// One `redis-server` of a test: Unix socket only, no RDB/AOF, in its own temporary directory (or in `directory`,
+/// which a test passes to start a server again at the same socket path; that directory is the test's to remove).
 final class RedisServer {
     let directory: String
     let socketPath: String
     let process: InteropProcess
+    private let ownsDirectory: Bool
 
-    init() throws {
+    init(directory: String? = nil, arguments: [String] = []) throws {
         guard let executable = RedisPeer.executable else {
             throw HubTestError("HUB_TEST_REQUIRE_PEERS=1 but there is no redis-server (Debian: apt-get install redis-server; scripts/test does)")
         }
-        var template = Array("/tmp/hub-redis-XXXXXX".utf8CString)
-        guard let made = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
-            throw HubTestError("mkdtemp failed: errno \(errno)")
+        if let directory {
+            self.directory = directory
+            ownsDirectory = false
+        } else {
+            self.directory = try makeRedisDirectory()
+            ownsDirectory = true
         }
-        directory = String(cString: made)
-        socketPath = directory + "/redis.sock"
+        socketPath = self.directory + "/redis.sock"
         process = try InteropProcess(executable, [
             "--port", "0", "--unixsocket", socketPath, "--unixsocketperm", "700",
-            "--save", "", "--appendonly", "no", "--dir", directory, "--daemonize", "no",
-        ])
-        let up = eventually(timeout: 10) {
+            "--save", "", "--appendonly", "no", "--dir", self.directory, "--daemonize", "no",
+        ] + arguments)
+        let up = eventually(timeout: 10) { [socketPath, process] in
             guard process.process.isRunning, let fd = try? unixConnect(socketPath) else { return false }
             close(fd)
             return true
@@ -62,10 +66,25 @@ final class RedisServer {
 
     deinit {
         process.kill()
-        try? FileManager.default.removeItem(atPath: directory)
+        if ownsDirectory { try? FileManager.default.removeItem(atPath: directory) }
+    }
+
+    /// SIGKILL (as a crash), then the socket file is gone so nothing can connect until a new server binds.
+    func crash() {
+        process.kill()
+        unlink(socketPath)
     }
 
     func connect() throws -> RESPTestConnection { try RESPTestConnection(socketPath) }
+}
+
+/// A fresh temporary directory for a Redis server's socket.
+func makeRedisDirectory() throws -> String {
+    var template = Array("/tmp/hub-redis-XXXXXX".utf8CString)
+    guard let made = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
+        throw HubTestError("mkdtemp failed: errno \(errno)")
+    }
+    return String(cString: made)
 }
 
 /// A blocking connection to Redis that decodes with the hub's `RESPDecoder`, reading in whatever pieces the kernel

@@ -1,0 +1,557 @@
+import Glibc
+
+/// Where Redis is, from the operator's URL:
+/// - `redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]`: TCP; HOST is an IPv4 literal, `[IPv6]` or `localhost` (no DNS, as
+///   everywhere in the hub); PORT defaults to 6379, DB to 0;
+/// - `unix://[[USER]:PASSWORD@]/PATH[?db=DB]`: a Unix socket.
+/// USER and PASSWORD may be percent-encoded. With a password and no user, AUTH uses Redis's `default` user.
+public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
+    public enum Address: Sendable, Equatable {
+        case tcp(host: String, port: UInt16)
+        case unix(path: String)
+    }
+
+    public var address: Address
+    public var username: String?
+    public var password: String?
+    public var database: Int
+
+    public init(address: Address, username: String? = nil, password: String? = nil, database: Int = 0) {
+        self.address = address
+        self.username = username
+        self.password = password
+        self.database = database
+    }
+
+    public init(parsing url: String) throws(RedisError) {
+        func bad(_ why: String) -> RedisError { RedisError(.badURL, "\(why) in \"\(RedisEndpoint.redacted(url))\"") }
+        let isUnix: Bool
+        var rest: Substring
+        if url.hasPrefix("redis://") {
+            isUnix = false
+            rest = url.dropFirst("redis://".count)
+        } else if url.hasPrefix("unix://") {
+            isUnix = true
+            rest = url.dropFirst("unix://".count)
+        } else {
+            throw bad("expected redis://HOST:PORT[/DB] or unix:///PATH")
+        }
+        var username: String? = nil
+        var password: String? = nil
+        // Userinfo ends at the last "@" before the path (a password may hold "@" only percent-encoded, but be lenient).
+        let pathStart = isUnix ? rest.firstIndex(of: "/") : nil
+        if let at = rest[..<(pathStart ?? rest.endIndex)].lastIndex(of: "@") {
+            let info = rest[..<at]
+            rest = rest[rest.index(after: at)...]
+            if let colon = info.firstIndex(of: ":") {
+                let user = info[..<colon]
+                guard let u = Self.percentDecoded(user), let p = Self.percentDecoded(info[info.index(after: colon)...]) else {
+                    throw bad("bad percent-encoding in the credentials")
+                }
+                username = user.isEmpty ? nil : u
+                password = p
+            } else {
+                guard let p = Self.percentDecoded(info) else { throw bad("bad percent-encoding in the credentials") }
+                password = p  // redis://secret@host, as redis-cli -u reads it
+            }
+        }
+        var database = 0
+        if isUnix {
+            var path = rest
+            if let q = rest.firstIndex(of: "?") {
+                path = rest[..<q]
+                let query = rest[rest.index(after: q)...]
+                guard query.hasPrefix("db="), let n = Int(query.dropFirst(3)), n >= 0 else { throw bad("expected ?db=N") }
+                database = n
+            }
+            guard path.hasPrefix("/"), path.utf8.count < 108 else { throw bad("expected an absolute socket path under 108 bytes") }
+            self.init(address: .unix(path: String(path)), username: username, password: password, database: database)
+            return
+        }
+        var hostPort = rest
+        if let slash = rest.firstIndex(of: "/") {
+            hostPort = rest[..<slash]
+            let db = rest[rest.index(after: slash)...]
+            if !db.isEmpty {
+                guard let n = Int(db), n >= 0 else { throw bad("expected a database number after /") }
+                database = n
+            }
+        }
+        var host = hostPort
+        var port: UInt16 = 6379
+        if hostPort.hasPrefix("[") {
+            guard let close = hostPort.firstIndex(of: "]") else { throw bad("unclosed [") }
+            host = hostPort[...close]
+            let after = hostPort[hostPort.index(after: close)...]
+            if !after.isEmpty {
+                guard after.hasPrefix(":"), let p = UInt16(after.dropFirst()), p > 0 else { throw bad("bad port") }
+                port = p
+            }
+        } else if let colon = hostPort.lastIndex(of: ":") {
+            host = hostPort[..<colon]
+            guard let p = UInt16(hostPort[hostPort.index(after: colon)...]), p > 0 else { throw bad("bad port") }
+            port = p
+        }
+        guard !host.isEmpty else { throw bad("no host") }
+        // Checked now, so a typo fails at startup rather than at every reconnect.
+        do {
+            _ = try SocketAddress(parsing: "\(host):\(port)")
+        } catch {
+            throw bad("expected an IPv4 or [IPv6] literal or localhost as the host")
+        }
+        self.init(address: .tcp(host: String(host), port: port), username: username, password: password, database: database)
+    }
+
+    /// The URL without its password, for logs.
+    public var description: String {
+        let auth = password == nil ? "" : "\(username ?? ""):***@"
+        switch address {
+        case .tcp(let host, let port): return "redis://\(auth)\(host):\(port)/\(database)"
+        case .unix(let path): return "unix://\(auth)\(path)?db=\(database)"
+        }
+    }
+
+    /// A URL with its credentials masked (for errors about a URL that did not parse).
+    static func redacted(_ url: String) -> String {
+        let scheme = url.hasPrefix("redis://") ? "redis://" : (url.hasPrefix("unix://") ? "unix://" : "")
+        let rest = url.dropFirst(scheme.count)
+        guard let at = rest.lastIndex(of: "@") else { return url }
+        return scheme + "***@" + String(rest[rest.index(after: at)...])
+    }
+
+    private static func percentDecoded(_ text: Substring) -> String? {
+        var bytes: [UInt8] = []
+        var i = text.utf8.startIndex
+        let utf8 = text.utf8
+        while i != utf8.endIndex {
+            let b = utf8[i]
+            if b == UInt8(ascii: "%") {
+                let h1 = utf8.index(after: i)
+                guard h1 != utf8.endIndex else { return nil }
+                let h2 = utf8.index(after: h1)
+                guard h2 != utf8.endIndex, let hi = hexValue(utf8[h1]), let lo = hexValue(utf8[h2]) else { return nil }
+                bytes.append(hi << 4 | lo)
+                i = utf8.index(after: h2)
+            } else {
+                bytes.append(b)
+                i = utf8.index(after: i)
+            }
+        }
+        return String(validating: bytes, as: UTF8.self)
+    }
+
+    private static func hexValue(_ b: UInt8) -> UInt8? {
+        switch b {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): return b - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): return b - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): return b - UInt8(ascii: "A") + 10
+        default: return nil
+        }
+    }
+}
+
+/// Why a Redis command or connection failed.
+public struct RedisError: Error, Sendable, Equatable, CustomStringConvertible {
+    public enum Kind: String, Sendable, Equatable {
+        /// The endpoint URL does not parse.
+        case badURL
+        /// Not connected (connecting, or waiting to reconnect): the command was not sent.
+        case unavailable
+        /// The connection was lost after the command was sent: it may or may not have run.
+        case connectionLost
+        /// Redis answered with an error reply (the message is Redis's).
+        case server
+        /// The connection handshake (HELLO, AUTH, SELECT) was refused.
+        case handshake
+        /// Redis sent bytes that are not RESP, or a reply nobody asked for.
+        case protocolError
+        /// More unsent bytes than the connection may queue: Redis reads too slowly.
+        case overloaded
+        /// `close()` was called.
+        case closed
+    }
+
+    public let kind: Kind
+    public let message: String
+
+    public init(_ kind: Kind, _ message: String) {
+        self.kind = kind
+        self.message = message
+    }
+
+    public var description: String { "\(kind.rawValue): \(message)" }
+}
+
+/// Reconnect delays: exponential from `initial`, doubled per failed attempt up to `maximum`, each one drawn
+/// uniformly from its upper half (jitter, so that many hubs that lost Redis together do not return together).
+public struct RedisBackoff: Sendable, Equatable {
+    public var initial: Duration
+    public var maximum: Duration
+
+    public init(initial: Duration = .milliseconds(100), maximum: Duration = .seconds(5)) {
+        self.initial = initial
+        self.maximum = max(initial, maximum)
+    }
+
+    /// The delay before attempt `attempt` (1 = the first retry), before jitter.
+    public func ceiling(attempt: Int) -> Duration {
+        var d = initial
+        var n = 1
+        while n < attempt, d < maximum {
+            d = min(maximum, d * 2)
+            n += 1
+        }
+        return d
+    }
+
+    public func delay<G: RandomNumberGenerator>(attempt: Int, using generator: inout G) -> Duration {
+        let ceiling = ceiling(attempt: attempt)
+        let nanos = max(1, ceiling.engineNanos)
+        let drawn = UInt64.random(in: (nanos / 2)...nanos, using: &generator)
+        return .nanoseconds(Int64(clamping: drawn))
+    }
+}
+
+/// One connection to Redis on an event loop, kept up for as long as it is wanted: non-blocking connect, a
+/// handshake (`HELLO 3` with `AUTH` when the endpoint has a password, `SELECT` for a database other than 0),
+/// pipelined commands whose replies are matched in order, RESP3 push messages (pub/sub) handed to `onPush`, and
+/// reconnection with backoff whenever the connection fails or is lost.
+///
+/// Everything runs on `loop`'s thread (create, call and receive there). A command is written only while the
+/// connection is ready; otherwise its reply is `unavailable` at once (callers such as a publish path fail fast and
+/// let their own client retry). Commands in flight when the connection drops get `connectionLost`: they may have
+/// run. Subscriptions are the caller's to restore: `onReady` runs after every (re)connection, before any queued
+/// work, which is where to `SUBSCRIBE` again.
+///
+/// SUBSCRIBE-family commands must go through `sendWithoutReply`: under RESP3 their confirmations arrive as push
+/// messages, not as replies.
+public final class RedisConnection: ConnectionHandler {
+    public enum State: Sendable, Equatable {
+        /// Connecting, or connected and in the handshake.
+        case connecting
+        case ready
+        /// Down; the next attempt is scheduled.
+        case waiting
+        case closed
+    }
+
+    public typealias Reply = (Result<RESPValue, RedisError>) -> Void
+
+    public let endpoint: RedisEndpoint
+    public let backoff: RedisBackoff
+    public private(set) var state: State = .waiting
+    /// Why the connection last went down or failed to come up (nil once ready again).
+    public private(set) var lastError: RedisError? = nil
+    /// Connections that reached `ready`, and failed attempts or losses since the start.
+    public private(set) var connects = 0
+    public private(set) var failures = 0
+
+    /// After each successful handshake.
+    public var onReady: () -> Void = {}
+    /// Each push message (pub/sub messages and subscription confirmations).
+    public var onPush: (RESPValue) -> Void = { _ in }
+    /// Each time the connection goes down or an attempt fails (before the retry is scheduled).
+    public var onDown: (RedisError) -> Void = { _ in }
+
+    private let loop: EventLoop
+    private let connectTimeout: Duration
+    private let maxQueuedBytes: Int
+    private var connection: Connection? = nil
+    private var decoder = RESPDecoder()
+    /// Replies owed, in the order their commands were written (the handshake's first).
+    private var pending = Ring<Reply>()
+    private var attempt = 0
+    /// Why the current attempt or connection is being closed by us (timeout, refused handshake, bad bytes).
+    private var closingBecause: RedisError? = nil
+    private var retryTimer = TimerHandle.none
+    private var connectTimer = TimerHandle.none
+    private var scratch: [UInt8] = []
+    private var random = SystemRandomNumberGenerator()
+
+    public init(endpoint: RedisEndpoint, loop: EventLoop, backoff: RedisBackoff = RedisBackoff(),
+                connectTimeout: Duration = .seconds(2), maxQueuedBytes: Int = 64 << 20) {
+        self.endpoint = endpoint
+        self.loop = loop
+        self.backoff = backoff
+        self.connectTimeout = connectTimeout
+        self.maxQueuedBytes = maxQueuedBytes
+    }
+
+    /// Starts connecting (on the loop thread).
+    public func start() {
+        loop.assertInLoop()
+        guard state == .waiting, connection == nil else { return }
+        attemptConnect()
+    }
+
+    /// Closes for good: pending commands get `closed`, no reconnect.
+    public func close() {
+        loop.assertInLoop()
+        guard state != .closed else { return }
+        state = .closed
+        _ = loop.cancel(retryTimer)
+        _ = loop.cancel(connectTimer)
+        let c = connection
+        connection = nil
+        c?.close(.abort)
+        failPending(RedisError(.closed, "the Redis connection was closed"))
+    }
+
+    /// Sends one command; `reply` runs on the loop thread with its reply (an error reply is `.server`).
+    public func send(_ arguments: [String], reply: @escaping Reply) {
+        scratch.removeAll(keepingCapacity: true)
+        RESPEncoder.appendCommand(arguments, to: &scratch)
+        sendEncoded(scratch, reply: reply)
+    }
+
+    /// Sends one already-encoded command (`RESPEncoder`); `reply` as for `send`.
+    public func sendEncoded(_ command: [UInt8], reply: @escaping Reply) {
+        loop.assertInLoop()
+        guard state == .ready, let connection else {
+            reply(.failure(lastError.map { RedisError(.unavailable, "Redis is not connected (\($0.message))") }
+                ?? RedisError(.unavailable, "Redis is not connected")))
+            return
+        }
+        switch command.withUnsafeBytes({ connection.write(copying: $0) }) {
+        case .accepted:
+            pending.append(reply)
+        case .overCap:
+            reply(.failure(RedisError(.overloaded, "over \(maxQueuedBytes) bytes queued for Redis")))
+        case .closed:
+            reply(.failure(RedisError(.unavailable, "the Redis connection is closing")))
+        }
+    }
+
+    /// Sends a command that has no reply of its own under RESP3 (SUBSCRIBE, SSUBSCRIBE, UNSUBSCRIBE, …: their
+    /// confirmations come as push messages). False when not sent.
+    @discardableResult
+    public func sendWithoutReply(_ arguments: [String]) -> Bool {
+        loop.assertInLoop()
+        guard state == .ready, let connection else { return false }
+        scratch.removeAll(keepingCapacity: true)
+        RESPEncoder.appendCommand(arguments, to: &scratch)
+        return scratch.withUnsafeBytes { connection.write(copying: $0) } == .accepted
+    }
+
+    /// Replies owed by Redis (commands written, not yet answered).
+    public var inFlight: Int { pending.count }
+
+    // MARK: Connecting
+
+    private func attemptConnect() {
+        state = .connecting
+        decoder = RESPDecoder()
+        closingBecause = nil
+        let fd: Int32
+        do {
+            fd = try openSocket()
+        } catch {
+            down(error)
+            return
+        }
+        let c: Connection
+        do {
+            c = try Connection(adopting: fd, on: loop, peer: endpoint.description, handler: self, maxQueuedBytes: maxQueuedBytes)
+        } catch {
+            down(RedisError(.unavailable, "cannot watch the Redis socket: \(error)"))
+            return
+        }
+        connection = c
+        connectTimer = loop.schedule(after: connectTimeout) { [weak self] in
+            guard let self, self.state == .connecting, let c = self.connection else { return }
+            self.closingBecause = RedisError(.unavailable, "no handshake with \(self.endpoint) within \(self.connectTimeout)")
+            c.close(.abort)
+        }
+        handshake(on: c)
+    }
+
+    /// A non-blocking socket with its connect started (in progress or done).
+    private func openSocket() throws(RedisError) -> Int32 {
+        switch endpoint.address {
+        case .tcp(let host, let port):
+            let address: SocketAddress
+            do { address = try SocketAddress(parsing: "\(host):\(port)") } catch {
+                throw RedisError(.badURL, "bad Redis host \(host)")
+            }
+            let fd = socket(address.family, Int32(SOCK_STREAM.rawValue) | LinuxSyscalls.CLOEXEC | Int32(SOCK_NONBLOCK.rawValue), 0)
+            guard fd >= 0 else { throw RedisError(.unavailable, "socket: \(errnoDescription(errno))") }
+            let rc = address.withSockAddr { Glibc.connect(fd, $0, $1) }
+            if rc != 0 && errno != EINPROGRESS {
+                let code = errno
+                closeFD(fd)
+                throw RedisError(.unavailable, "connect to \(host):\(port): \(errnoDescription(code))")
+            }
+            Socket.setNoDelay(fd)
+            return fd
+        case .unix(let path):
+            let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | LinuxSyscalls.CLOEXEC | Int32(SOCK_NONBLOCK.rawValue), 0)
+            guard fd >= 0 else { throw RedisError(.unavailable, "socket: \(errnoDescription(errno))") }
+            var address = sockaddr_un()
+            address.sun_family = sa_family_t(AF_UNIX)
+            let bytes = Array(path.utf8)
+            let fits = withUnsafeMutableBytes(of: &address.sun_path) { raw -> Bool in
+                guard bytes.count < raw.count else { return false }
+                raw.copyBytes(from: bytes)
+                raw[bytes.count] = 0
+                return true
+            }
+            guard fits else {
+                closeFD(fd)
+                throw RedisError(.badURL, "socket path too long: \(path)")
+            }
+            let rc = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            }
+            if rc != 0 && errno != EINPROGRESS {
+                let code = errno
+                closeFD(fd)
+                throw RedisError(.unavailable, "connect to \(path): \(errnoDescription(code))")
+            }
+            return fd
+        }
+    }
+
+    /// HELLO 3 (with AUTH), then SELECT: written at once (they go out when the connect completes); the connection is
+    /// ready when the last of them is answered.
+    private func handshake(on c: Connection) {
+        var command: [UInt8] = []
+        var hello = ["HELLO", "3"]
+        if let password = endpoint.password { hello += ["AUTH", endpoint.username ?? "default", password] }
+        RESPEncoder.appendCommand(hello, to: &command)
+        let selecting = endpoint.database != 0
+        if selecting { RESPEncoder.appendCommand(["SELECT", String(endpoint.database)], to: &command) }
+        _ = command.withUnsafeBytes { c.write(copying: $0) }
+        pending.append { [weak self] result in
+            guard let self else { return }
+            switch result {
+            case .success(let value) where !value.isError:
+                if !selecting { self.becameReady() }
+            case .success, .failure:
+                self.handshakeFailed("HELLO 3", result)
+            }
+        }
+        if selecting {
+            pending.append { [weak self] result in
+                guard let self else { return }
+                if case .success(let value) = result, !value.isError {
+                    self.becameReady()
+                } else {
+                    self.handshakeFailed("SELECT \(self.endpoint.database)", result)
+                }
+            }
+        }
+    }
+
+    private func handshakeFailed(_ step: String, _ result: Result<RESPValue, RedisError>) {
+        guard state == .connecting, let c = connection else { return }
+        let why: String
+        switch result {
+        case .success(let value): why = value.errorMessage ?? "unexpected reply"
+        case .failure(let error): why = error.message
+        }
+        // The connection goes down and is retried with backoff: a wrong password is logged at every attempt.
+        closingBecause = RedisError(.handshake, "\(step) refused by \(endpoint): \(why)")
+        c.close(.abort)
+    }
+
+    private func becameReady() {
+        guard state == .connecting else { return }
+        _ = loop.cancel(connectTimer)
+        state = .ready
+        attempt = 0
+        lastError = nil
+        connects += 1
+        onReady()
+    }
+
+    /// The attempt failed or the connection was lost: fail what is owed, schedule the next attempt.
+    private func down(_ error: RedisError) {
+        guard state != .closed else { return }
+        _ = loop.cancel(connectTimer)
+        connection = nil
+        state = .waiting
+        lastError = error
+        failures += 1
+        failPending(RedisError(.connectionLost, error.message))
+        onDown(error)
+        guard state == .waiting else { return }  // onDown may have closed it
+        attempt += 1
+        let delay = backoff.delay(attempt: attempt, using: &random)
+        retryTimer = loop.schedule(after: delay) { [weak self] in
+            guard let self, self.state == .waiting else { return }
+            self.attemptConnect()
+        }
+    }
+
+    private func failPending(_ error: RedisError) {
+        while let reply = pending.removeFirst() { reply(.failure(error)) }
+    }
+
+    // MARK: ConnectionHandler
+
+    public func connectionReadable(_ connection: Connection, _ bytes: UnsafeMutableRawBufferPointer) -> Int {
+        let buffer = UnsafeRawBufferPointer(bytes)
+        var start = 0
+        while connection.isOpen {
+            let next: RESPDecoder.Next
+            do {
+                next = try decoder.next(in: buffer, from: start)
+            } catch {
+                closingBecause = RedisError(.protocolError, "\(error) from \(endpoint)")
+                connection.close(.abort)
+                return buffer.count
+            }
+            switch next {
+            case .incomplete(let keep):
+                return keep
+            case .value(let value, let after):
+                start = after
+                if case .push = value {
+                    onPush(value)
+                } else if let reply = pending.removeFirst() {
+                    if let message = value.errorMessage {
+                        reply(.failure(RedisError(.server, message)))
+                    } else {
+                        reply(.success(value))
+                    }
+                } else {
+                    closingBecause = RedisError(.protocolError, "a reply nobody asked for from \(endpoint)")
+                    connection.close(.abort)
+                    return buffer.count
+                }
+            }
+        }
+        return buffer.count
+    }
+
+    public func connectionClosed(_ connection: Connection, reason: CloseReason) {
+        guard self.connection === connection else { return }
+        let error: RedisError
+        if let closingBecause {
+            error = closingBecause
+        } else if state == .connecting {
+            error = RedisError(.unavailable, "cannot connect to \(endpoint): \(Self.describe(reason))")
+        } else {
+            error = RedisError(.connectionLost, "lost the connection to \(endpoint): \(Self.describe(reason))")
+        }
+        down(error)
+    }
+
+    private static func describe(_ reason: CloseReason) -> String {
+        if case .error(let code) = reason { return errnoDescription(code) }
+        return reason.description
+    }
+}
+
+extension RESPValue {
+    /// The message of an error reply.
+    var errorMessage: String? {
+        if case .error(let message) = self { return message }
+        return nil
+    }
+}
+
+/// "ECONNREFUSED (Connection refused)"-style text for an errno.
+func errnoDescription(_ code: Int32) -> String {
+    String(cString: strerror(code))
+}

@@ -1,0 +1,280 @@
+import Foundation
+import Synchronization
+import Testing
+@testable import Hub
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@Suite("Redis endpoint and backoff")
+struct RedisEndpointTests {
+    @Test func validURLs() throws {
+        let cases: [(String, RedisEndpoint)] = [
+            ("redis://127.0.0.1:6380", RedisEndpoint(address: .tcp(host: "127.0.0.1", port: 6380))),
+            ("redis://localhost", RedisEndpoint(address: .tcp(host: "localhost", port: 6379))),
+            ("redis://127.0.0.1:6379/3", RedisEndpoint(address: .tcp(host: "127.0.0.1", port: 6379), database: 3)),
+            ("redis://[::1]:7000/1", RedisEndpoint(address: .tcp(host: "[::1]", port: 7000), database: 1)),
+            ("redis://:s3cret@127.0.0.1:6379", RedisEndpoint(address: .tcp(host: "127.0.0.1", port: 6379), password: "s3cret")),
+            ("redis://s3cret@127.0.0.1", RedisEndpoint(address: .tcp(host: "127.0.0.1", port: 6379), password: "s3cret")),
+            ("redis://hub:p%40ss%3Aw@127.0.0.1:6379/2",
+             RedisEndpoint(address: .tcp(host: "127.0.0.1", port: 6379), username: "hub", password: "p@ss:w", database: 2)),
+            ("unix:///run/redis/redis.sock", RedisEndpoint(address: .unix(path: "/run/redis/redis.sock"))),
+            ("unix://:pw@/tmp/r.sock?db=5", RedisEndpoint(address: .unix(path: "/tmp/r.sock"), password: "pw", database: 5)),
+        ]
+        for (url, expected) in cases {
+            #expect(try RedisEndpoint(parsing: url) == expected, "\(url)")
+        }
+    }
+
+    @Test func invalidURLsFailWithoutShowingThePassword() {
+        let cases = [
+            "http://127.0.0.1:6379", "redis://", "redis://127.0.0.1:0", "redis://127.0.0.1:70000", "redis://127.0.0.1:x",
+            "redis://redis.example.com:6379", "redis://127.0.0.1/-1", "redis://127.0.0.1/a", "redis://[::1",
+            "unix://relative.sock", "unix:///tmp/r.sock?db=x", "redis://:p%zz@127.0.0.1",
+            "redis://:topsecret@bad-host:6379",
+        ]
+        for url in cases {
+            var thrown: RedisError? = nil
+            do { _ = try RedisEndpoint(parsing: url) } catch { thrown = error }
+            #expect(thrown?.kind == .badURL, "\(url)")
+            #expect(thrown?.message.contains("topsecret") == false, "\(url): \(String(describing: thrown))")
+        }
+    }
+
+    @Test func descriptionHidesThePassword() throws {
+        let e = try RedisEndpoint(parsing: "redis://hub:topsecret@127.0.0.1:6379/2")
+        #expect(e.description == "redis://hub:***@127.0.0.1:6379/2")
+        #expect(!e.description.contains("topsecret"))
+    }
+
+    @Test func backoffDoublesToItsCapWithJitterInTheUpperHalf() {
+        let b = RedisBackoff(initial: .milliseconds(100), maximum: .seconds(5))
+        let ceilings = (1...10).map { b.ceiling(attempt: $0) }
+        #expect(ceilings == [100, 200, 400, 800, 1600, 3200, 5000, 5000, 5000, 5000].map { Duration.milliseconds($0) })
+        var rng = SystemRandomNumberGenerator()
+        var distinct = Set<Duration>()
+        for attempt in 1...10 {
+            for _ in 0..<200 {
+                let d = b.delay(attempt: attempt, using: &rng)
+                #expect(d >= ceilings[attempt - 1] / 2 && d <= ceilings[attempt - 1])
+                distinct.insert(d)
+            }
+        }
+        #expect(distinct.count > 100, "jittered")
+    }
+}
+
+/// A `RedisConnection` on its own event loop (10 ms timer ticks), driven from the test thread. The connection is
+/// only touched on the loop thread; what it reports is collected under a lock.
+private final class RedisOnLoop: @unchecked Sendable {
+    let loop: EventLoop
+    private final class Box: @unchecked Sendable { var redis: RedisConnection? = nil }  // loop thread only
+    private let box = Box()
+    private var redis: RedisConnection? {
+        get { box.redis }
+        set { box.redis = newValue }
+    }
+    private let events = Mutex<[String]>([])
+    private let pushes = Mutex<[RESPValue]>([])
+
+    init(_ endpoint: RedisEndpoint, backoff: RedisBackoff = RedisBackoff(initial: .milliseconds(20), maximum: .milliseconds(200)),
+         onReady: [String]? = nil) throws {
+        loop = try EventLoop(configuration: testLoopConfiguration(tickMillis: 10))
+        try loop.submitAndWait {
+            let r = RedisConnection(endpoint: endpoint, loop: self.loop, backoff: backoff)
+            // Weak: the connection's callbacks must not keep this object (and so the loop) alive.
+            r.onReady = { [weak self, weak r] in
+                self?.events.withLock { $0.append("ready") }
+                if let onReady, let r { r.sendWithoutReply(onReady) }
+            }
+            r.onDown = { [weak self] error in self?.events.withLock { $0.append("down \(error.kind.rawValue): \(error.message)") } }
+            r.onPush = { [weak self] value in self?.pushes.withLock { $0.append(value) } }
+            self.redis = r
+            r.start()
+        }
+    }
+
+    deinit {
+        let box = box
+        _ = try? loop.submitAndWait { box.redis?.close(); box.redis = nil }
+        loop.stop()
+        loop.join()
+    }
+
+    var log: [String] { events.withLock { $0 } }
+    var readyCount: Int { log.filter { $0 == "ready" }.count }
+    var pushed: [RESPValue] { pushes.withLock { $0 } }
+
+    func state() throws -> RedisConnection.State { try loop.submitAndWait { self.redis?.state ?? .closed } }
+    func inFlight() throws -> Int { try loop.submitAndWait { self.redis?.inFlight ?? -1 } }
+
+    /// Sends the commands back to back (pipelined, in one loop turn) and waits up to `timeout` for every reply.
+    func call(_ commands: [[String]], timeout: Double = 10) throws -> [Result<RESPValue, RedisError>] {
+        let replies = Mutex<[Int: Result<RESPValue, RedisError>]>([:])
+        let done = DispatchSemaphore(value: 0)
+        let count = commands.count
+        loop.execute {
+            for (i, command) in commands.enumerated() {
+                self.redis?.send(command) { result in
+                    let finished = replies.withLock { r -> Bool in
+                        r[i] = result
+                        return r.count == count
+                    }
+                    if finished { done.signal() }
+                }
+            }
+        }
+        guard done.wait(timeout: .now() + timeout) == .success else {
+            throw HubTestError("\(replies.withLock { $0.count }) of \(count) replies after \(timeout) s; log: \(log)")
+        }
+        return replies.withLock { r in (0..<count).map { r[$0]! } }
+    }
+
+    func call(_ command: [String], timeout: Double = 10) throws -> Result<RESPValue, RedisError> {
+        try call([command], timeout: timeout)[0]
+    }
+
+    /// Sends `command` and returns without waiting; its reply is recorded in `log` as "reply: …".
+    func sendAndRecord(_ command: [String]) {
+        loop.execute {
+            self.redis?.send(command) { [weak self] result in
+                self?.events.withLock { $0.append("reply: \(result)") }
+            }
+        }
+    }
+
+    func waitFor(_ timeout: Double = 10, _ condition: () throws -> Bool) rethrows -> Bool {
+        try eventually(timeout: timeout, condition)
+    }
+}
+
+@Suite("Redis connection against a real redis-server", .serialized)
+struct RedisConnectionTests {
+    private func unix(_ server: RedisServer, password: String? = nil, database: Int = 0) -> RedisEndpoint {
+        RedisEndpoint(address: .unix(path: server.socketPath), password: password, database: database)
+    }
+
+    @Test("connects with HELLO 3, pipelines 10 000 commands with replies in order, reports error replies",
+          .enabled(if: RedisPeer.enabled, RedisPeer.skipReason))
+    func pipelining() throws {
+        let server = try RedisServer()
+        let r = try RedisOnLoop(unix(server))
+        #expect(r.waitFor { r.readyCount == 1 }, "\(r.log)")
+        #expect(try r.state() == .ready)
+        let replies = try r.call((0..<10_000).map { _ in ["INCR", "n"] })
+        #expect(replies.map { try? $0.get() } == (1...10_000).map { RESPValue.integer(Int64($0)) })
+        let error = try r.call(["NO-SUCH-COMMAND"])
+        guard case .failure(let e) = error else { Issue.record("expected an error, got \(error)"); return }
+        #expect(e.kind == .server)
+        #expect(e.message.hasPrefix("ERR unknown command"), "\(e)")
+        // RESP3 after HELLO 3: a hash is a map.
+        _ = try r.call(["HSET", "h", "f", "v"])
+        #expect(try r.call(["HGETALL", "h"]).get() == .map([.bulk(Array("f".utf8)), .bulk(Array("v".utf8))]))
+    }
+
+    @Test("over TCP: a refused connect is retried, and once Redis listens the connection is ready",
+          .enabled(if: RedisPeer.enabled, RedisPeer.skipReason))
+    func tcp() throws {
+        let port = try freeLoopbackPort()
+        let r = try RedisOnLoop(try RedisEndpoint(parsing: "redis://127.0.0.1:\(port)"))
+        #expect(r.waitFor { r.log.filter { $0.hasPrefix("down unavailable") && $0.contains("refused") }.count >= 2 }, "\(r.log)")
+        let server = try RedisServer(arguments: ["--port", String(port), "--bind", "127.0.0.1"])
+        #expect(r.waitFor(5) { r.readyCount == 1 }, "\(r.log)")
+        #expect(try r.call(["PING"]).get() == .simple("PONG"))
+        _ = server
+    }
+
+    @Test("SELECT puts the connection in its database", .enabled(if: RedisPeer.enabled, RedisPeer.skipReason))
+    func database() throws {
+        let server = try RedisServer()
+        let db3 = try RedisOnLoop(unix(server, database: 3))
+        let db0 = try RedisOnLoop(unix(server))
+        #expect(db3.waitFor { db3.readyCount == 1 && db0.readyCount == 1 })
+        _ = try db3.call(["SET", "k", "in-3"])
+        #expect(try db3.call(["GET", "k"]).get() == .bulk(Array("in-3".utf8)))
+        #expect(try db0.call(["GET", "k"]).get() == .null)
+        #expect(try db3.call(["CLIENT", "INFO"]).get().string?.contains("db=3") == true)
+    }
+
+    @Test("a password: refused without it or with a wrong one (retried with backoff), accepted when right",
+          .enabled(if: RedisPeer.enabled, RedisPeer.skipReason))
+    func authentication() throws {
+        let server = try RedisServer(arguments: ["--requirepass", "s3cret"])
+        let none = try RedisOnLoop(unix(server))
+        let wrong = try RedisOnLoop(unix(server, password: "nope"))
+        let right = try RedisOnLoop(unix(server, password: "s3cret"))
+        #expect(right.waitFor { right.readyCount == 1 }, "\(right.log)")
+        #expect(try right.call(["PING"]).get() == .simple("PONG"))
+        #expect(none.waitFor { none.log.filter { $0.hasPrefix("down handshake") }.count >= 2 }, "retried: \(none.log)")
+        #expect(none.log.contains { $0.contains("NOAUTH") || $0.contains("HELLO 3 refused") }, "\(none.log)")
+        #expect(wrong.waitFor { wrong.log.contains { $0.contains("WRONGPASS") } }, "\(wrong.log)")
+        #expect(none.readyCount == 0 && wrong.readyCount == 0)
+        #expect(!wrong.log.joined().contains("nope"), "the password is never in a message")
+        guard case .failure(let e) = try wrong.call(["PING"]) else { Issue.record("PING went through without auth"); return }
+        #expect(e.kind == .unavailable)
+    }
+
+    @Test("Redis down: commands fail at once with unavailable; it connects as soon as Redis is there",
+          .enabled(if: RedisPeer.enabled, RedisPeer.skipReason))
+    func unavailableThenUp() throws {
+        let directory = try makeRedisDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let r = try RedisOnLoop(RedisEndpoint(address: .unix(path: directory + "/redis.sock")))
+        #expect(r.waitFor { r.log.filter { $0.hasPrefix("down unavailable") }.count >= 3 }, "retrying: \(r.log)")
+        let started = Date()
+        guard case .failure(let e) = try r.call(["PING"]) else { Issue.record("PING without Redis"); return }
+        #expect(e.kind == .unavailable)
+        #expect(Date().timeIntervalSince(started) < 1, "fails fast")
+        let server = try RedisServer(directory: directory)
+        #expect(r.waitFor(5) { r.readyCount == 1 }, "up within the backoff cap: \(r.log)")
+        #expect(try r.call(["PING"]).get() == .simple("PONG"))
+        _ = server
+    }
+
+    @Test("Redis killed mid-command: the command gets connectionLost, the connection comes back and resubscribes",
+          .enabled(if: RedisPeer.enabled, RedisPeer.skipReason))
+    func lostAndBack() throws {
+        let directory = try makeRedisDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        var server: RedisServer? = try RedisServer(directory: directory)
+        let endpoint = RedisEndpoint(address: .unix(path: directory + "/redis.sock"))
+        let subscriber = try RedisOnLoop(endpoint, onReady: ["SUBSCRIBE", "events"])
+        let r = try RedisOnLoop(endpoint)
+        #expect(r.waitFor { r.readyCount == 1 && subscriber.readyCount == 1 })
+        #expect(subscriber.waitFor { subscriber.pushed.count == 1 })
+        #expect(try r.call(["PUBLISH", "events", "one"]).get() == .integer(1))
+        #expect(subscriber.waitFor { subscriber.pushed.count == 2 })
+
+        r.sendAndRecord(["BLPOP", "never", "30"])  // blocks in Redis
+        #expect(r.waitFor { (try? r.inFlight()) == 1 })
+        usleep(100_000)  // Redis reads it and blocks
+        server?.crash()
+        server = nil
+        #expect(r.waitFor { r.log.contains { $0.hasPrefix("reply: failure") && $0.contains("connectionLost") } }, "\(r.log)")
+        #expect(r.waitFor { r.log.contains { $0.hasPrefix("down connectionLost") } }, "\(r.log)")
+
+        server = try RedisServer(directory: directory)
+        #expect(r.waitFor(5) { r.readyCount == 2 && subscriber.readyCount == 2 }, "\(r.log) \(subscriber.log)")
+        #expect(subscriber.waitFor { subscriber.pushed.count == 3 }, "subscribed again: \(subscriber.pushed)")
+        #expect(try r.call(["PUBLISH", "events", "two"]).get() == .integer(1))
+        #expect(subscriber.waitFor { subscriber.pushed.count == 4 })
+        #expect(subscriber.pushed.compactMap { $0.elements?.first?.string } == ["subscribe", "message", "subscribe", "message"])
+        #expect(subscriber.pushed.last == .push([.bulk(Array("message".utf8)), .bulk(Array("events".utf8)), .bulk(Array("two".utf8))]))
+    }
+}
+
+/// A TCP port on 127.0.0.1 that nothing listened on a moment ago (bound to port 0, then closed).
+func freeLoopbackPort() throws -> UInt16 {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { close(fd) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    address.sin_port = 0
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let bound = withUnsafeMutablePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
+    }
+    guard bound else { throw HubTestError("cannot bind 127.0.0.1:0: errno \(errno)") }
+    return UInt16(bigEndian: address.sin_port)
+}
