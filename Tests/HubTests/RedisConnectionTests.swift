@@ -65,32 +65,35 @@ struct RedisEndpointTests {
 }
 
 /// A `RedisConnection` on its own event loop (10 ms timer ticks), driven from the test thread. The connection is
-/// only touched on the loop thread; what it reports is collected under a lock.
-private final class RedisOnLoop: @unchecked Sendable {
+/// only touched on the loop thread; what it reports is collected under a lock. Closures that run on the loop hold
+/// the connection's box and only a weak reference to this object, so its last release (which stops and joins the
+/// loop) always happens on the test's thread.
+final class RedisOnLoop: @unchecked Sendable {
     let loop: EventLoop
     private final class Box: @unchecked Sendable { var redis: RedisConnection? = nil }  // loop thread only
     private let box = Box()
-    private var redis: RedisConnection? {
-        get { box.redis }
-        set { box.redis = newValue }
-    }
     private let events = Mutex<[String]>([])
     private let pushes = Mutex<[RESPValue]>([])
 
     init(_ endpoint: RedisEndpoint, backoff: RedisBackoff = RedisBackoff(initial: .milliseconds(20), maximum: .milliseconds(200)),
          onReady: [String]? = nil) throws {
-        loop = try EventLoop(configuration: testLoopConfiguration(tickMillis: 10))
-        try loop.submitAndWait {
-            let r = RedisConnection(endpoint: endpoint, loop: self.loop, backoff: backoff)
+        let loop = try EventLoop(configuration: testLoopConfiguration(tickMillis: 10))
+        self.loop = loop
+        let box = box
+        try loop.submitAndWait { [weak self] in
+            let r = RedisConnection(endpoint: endpoint, loop: loop, backoff: backoff)
             // Weak: the connection's callbacks must not keep this object (and so the loop) alive.
             r.onReady = { [weak self, weak r] in
                 self?.events.withLock { $0.append("ready") }
-                if let onReady, let r { r.sendWithoutReply(onReady) }
+                if let onReady, let r {
+                    r.subscribe(onReady) { [weak self] error in self?.events.withLock { $0.append("subscribed: \(error.map { "\($0)" } ?? "ok")") } }
+                }
             }
             r.onDown = { [weak self] error in self?.events.withLock { $0.append("down \(error.kind.rawValue): \(error.message)") } }
             r.onPush = { [weak self] value in self?.pushes.withLock { $0.append(value) } }
-            self.redis = r
+            box.redis = r
             r.start()
+            _ = self
         }
     }
 
@@ -105,17 +108,25 @@ private final class RedisOnLoop: @unchecked Sendable {
     var readyCount: Int { log.filter { $0 == "ready" }.count }
     var pushed: [RESPValue] { pushes.withLock { $0 } }
 
-    func state() throws -> RedisConnection.State { try loop.submitAndWait { self.redis?.state ?? .closed } }
-    func inFlight() throws -> Int { try loop.submitAndWait { self.redis?.inFlight ?? -1 } }
+    func state() throws -> RedisConnection.State {
+        let box = box
+        return try loop.submitAndWait { box.redis?.state ?? .closed }
+    }
+
+    func inFlight() throws -> Int {
+        let box = box
+        return try loop.submitAndWait { box.redis?.inFlight ?? -1 }
+    }
 
     /// Sends the commands back to back (pipelined, in one loop turn) and waits up to `timeout` for every reply.
     func call(_ commands: [[String]], timeout: Double = 10) throws -> [Result<RESPValue, RedisError>] {
         let replies = Mutex<[Int: Result<RESPValue, RedisError>]>([:])
         let done = DispatchSemaphore(value: 0)
         let count = commands.count
+        let box = box
         loop.execute {
             for (i, command) in commands.enumerated() {
-                self.redis?.send(command) { result in
+                box.redis?.send(command) { result in
                     let finished = replies.withLock { r -> Bool in
                         r[i] = result
                         return r.count == count
@@ -136,11 +147,31 @@ private final class RedisOnLoop: @unchecked Sendable {
 
     /// Sends `command` and returns without waiting; its reply is recorded in `log` as "reply: …".
     func sendAndRecord(_ command: [String]) {
-        loop.execute {
-            self.redis?.send(command) { [weak self] result in
+        let box = box
+        loop.execute { [weak self] in
+            box.redis?.send(command) { [weak self] result in
                 self?.events.withLock { $0.append("reply: \(result)") }
             }
         }
+    }
+
+    /// Runs `body` on the loop with the connection; it calls its second argument once with a result, which this
+    /// returns (after at most `timeout` seconds).
+    func onLoop<T: Sendable>(timeout: Double = 10, _ body: @escaping @Sendable (RedisConnection, @escaping (T) -> Void) -> Void) throws -> T {
+        let result = Mutex<T?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        let box = box
+        loop.execute {
+            guard let redis = box.redis else { return }
+            body(redis) { value in
+                result.withLock { $0 = value }
+                done.signal()
+            }
+        }
+        guard done.wait(timeout: .now() + timeout) == .success, let value = result.withLock({ $0 }) else {
+            throw HubTestError("no result after \(timeout) s; log: \(log)")
+        }
+        return value
     }
 
     func waitFor(_ timeout: Double = 10, _ condition: () throws -> Bool) rethrows -> Bool {
@@ -182,6 +213,34 @@ struct RedisConnectionTests {
         #expect(r.waitFor(5) { r.readyCount == 1 }, "\(r.log)")
         #expect(try r.call(["PING"]).get() == .simple("PONG"))
         _ = server
+    }
+
+    @Test("a refused SUBSCRIBE is an error reply for that subscribe alone: replies after it stay matched",
+          .enabled(if: RedisPeer.enabled, RedisPeer.skipReason))
+    func refusedSubscription() throws {
+        let server = try RedisServer()
+        let admin = try RedisOnLoop(unix(server))
+        #expect(admin.waitFor { admin.readyCount == 1 })
+        _ = try admin.call(["ACL", "SETUSER", "limited", "on", ">pw", "~*", "resetchannels", "&allowed", "+@all"]).get()
+        let r = try RedisOnLoop(RedisEndpoint(address: .unix(path: server.socketPath), username: "limited", password: "pw"))
+        #expect(r.waitFor { r.readyCount == 1 }, "\(r.log)")
+        let outcome: [String] = try r.onLoop { redis, done in
+            var seen: [String] = []
+            func note(_ s: String) {
+                seen.append(s)
+                if seen.count == 4 { done(seen) }
+            }
+            redis.subscribe(["SUBSCRIBE", "forbidden"]) { note("forbidden: \($0.map { "\($0.kind.rawValue) \($0.message)" } ?? "ok")") }
+            redis.send(["PING"]) { note("ping: \($0)") }
+            redis.subscribe(["SUBSCRIBE", "allowed"]) { note("allowed: \($0.map { "\($0)" } ?? "ok")") }
+            redis.send(["ECHO", "after"]) { note("echo: \((try? $0.get().string) ?? "failed")") }
+        }
+        #expect(outcome.count == 4)
+        #expect(outcome[0].hasPrefix("forbidden: server NOPERM"), "\(outcome)")
+        #expect(outcome[1] == "ping: success(Hub.RESPValue.simple(\"PONG\"))", "\(outcome)")
+        #expect(outcome[2] == "allowed: ok")
+        #expect(outcome[3] == "echo: after", "\(outcome)")
+        #expect(try r.state() == .ready, "a refusal does not drop the connection")
     }
 
     @Test("SELECT puts the connection in its database", .enabled(if: RedisPeer.enabled, RedisPeer.skipReason))

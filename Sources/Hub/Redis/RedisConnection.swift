@@ -223,8 +223,8 @@ public struct RedisBackoff: Sendable, Equatable {
 /// run. Subscriptions are the caller's to restore: `onReady` runs after every (re)connection, before any queued
 /// work, which is where to `SUBSCRIBE` again.
 ///
-/// SUBSCRIBE-family commands must go through `sendWithoutReply`: under RESP3 their confirmations arrive as push
-/// messages, not as replies.
+/// SUBSCRIBE-family commands go through `subscribe`: under RESP3 their confirmations arrive as push messages (one
+/// per channel), not as a reply, while a refusal is an ordinary error reply.
 public final class RedisConnection: ConnectionHandler {
     public enum State: Sendable, Equatable {
         /// Connecting, or connected and in the handshake.
@@ -259,7 +259,20 @@ public final class RedisConnection: ConnectionHandler {
     private var connection: Connection? = nil
     private var decoder = RESPDecoder()
     /// Replies owed, in the order their commands were written (the handshake's first).
-    private var pending = Ring<Reply>()
+    private var pending = Ring<Owed>()
+
+    /// What Redis owes for a command written: a reply, or (SUBSCRIBE family) one confirmation push per channel.
+    private enum Owed {
+        case reply(Reply)
+        case confirmations(Int, (RedisError?) -> Void)
+
+        func fail(_ error: RedisError) {
+            switch self {
+            case .reply(let reply): reply(.failure(error))
+            case .confirmations(_, let done): done(error)
+            }
+        }
+    }
     private var attempt = 0
     /// Why the current attempt or connection is being closed by us (timeout, refused handshake, bad bytes).
     private var closingBecause: RedisError? = nil
@@ -314,7 +327,7 @@ public final class RedisConnection: ConnectionHandler {
         }
         switch command.withUnsafeBytes({ connection.write(copying: $0) }) {
         case .accepted:
-            pending.append(reply)
+            pending.append(.reply(reply))
         case .overCap:
             reply(.failure(RedisError(.overloaded, "over \(maxQueuedBytes) bytes queued for Redis")))
         case .closed:
@@ -322,15 +335,27 @@ public final class RedisConnection: ConnectionHandler {
         }
     }
 
-    /// Sends a command that has no reply of its own under RESP3 (SUBSCRIBE, SSUBSCRIBE, UNSUBSCRIBE, …: their
-    /// confirmations come as push messages). False when not sent.
-    @discardableResult
-    public func sendWithoutReply(_ arguments: [String]) -> Bool {
+    /// Sends a SUBSCRIBE-family command with its channels (`["SUBSCRIBE", "a", "b"]`, also SSUBSCRIBE, PSUBSCRIBE and
+    /// their UNSUBSCRIBE forms, always with explicit channels). `done` runs once: with nil when every channel is
+    /// confirmed, or with the error (Redis refused it, the connection is down or was lost). Messages go to `onPush`.
+    public func subscribe(_ arguments: [String], done: @escaping (RedisError?) -> Void = { _ in }) {
         loop.assertInLoop()
-        guard state == .ready, let connection else { return false }
+        let channels = arguments.count - 1
+        guard channels > 0 else {
+            done(RedisError(.protocolError, "\(arguments.first ?? "SUBSCRIBE") needs explicit channels here"))
+            return
+        }
+        guard state == .ready, let connection else {
+            done(RedisError(.unavailable, "Redis is not connected"))
+            return
+        }
         scratch.removeAll(keepingCapacity: true)
         RESPEncoder.appendCommand(arguments, to: &scratch)
-        return scratch.withUnsafeBytes { connection.write(copying: $0) } == .accepted
+        switch scratch.withUnsafeBytes({ connection.write(copying: $0) }) {
+        case .accepted: pending.append(.confirmations(channels, done))
+        case .overCap: done(RedisError(.overloaded, "over \(maxQueuedBytes) bytes queued for Redis"))
+        case .closed: done(RedisError(.unavailable, "the Redis connection is closing"))
+        }
     }
 
     /// Replies owed by Redis (commands written, not yet answered).
@@ -421,7 +446,7 @@ public final class RedisConnection: ConnectionHandler {
         let selecting = endpoint.database != 0
         if selecting { RESPEncoder.appendCommand(["SELECT", String(endpoint.database)], to: &command) }
         _ = command.withUnsafeBytes { c.write(copying: $0) }
-        pending.append { [weak self] result in
+        pending.append(.reply { [weak self] result in
             guard let self else { return }
             switch result {
             case .success(let value) where !value.isError:
@@ -429,16 +454,16 @@ public final class RedisConnection: ConnectionHandler {
             case .success, .failure:
                 self.handshakeFailed("HELLO 3", result)
             }
-        }
+        })
         if selecting {
-            pending.append { [weak self] result in
+            pending.append(.reply { [weak self] result in
                 guard let self else { return }
                 if case .success(let value) = result, !value.isError {
                     self.becameReady()
                 } else {
                     self.handshakeFailed("SELECT \(self.endpoint.database)", result)
                 }
-            }
+            })
         }
     }
 
@@ -484,7 +509,7 @@ public final class RedisConnection: ConnectionHandler {
     }
 
     private func failPending(_ error: RedisError) {
-        while let reply = pending.removeFirst() { reply(.failure(error)) }
+        while let owed = pending.removeFirst() { owed.fail(error) }
     }
 
     // MARK: ConnectionHandler
@@ -506,13 +531,31 @@ public final class RedisConnection: ConnectionHandler {
                 return keep
             case .value(let value, let after):
                 start = after
-                if case .push = value {
+                if case .push(let items) = value {
+                    if case .confirmations(let left, let done)? = pending.first, Self.isConfirmation(items) {
+                        if left > 1 {
+                            pending.replaceFirst(.confirmations(left - 1, done))
+                        } else {
+                            _ = pending.removeFirst()
+                            done(nil)
+                        }
+                    }
                     onPush(value)
-                } else if let reply = pending.removeFirst() {
-                    if let message = value.errorMessage {
-                        reply(.failure(RedisError(.server, message)))
-                    } else {
-                        reply(.success(value))
+                } else if let owed = pending.removeFirst() {
+                    switch owed {
+                    case .reply(let reply):
+                        if let message = value.errorMessage {
+                            reply(.failure(RedisError(.server, message)))
+                        } else {
+                            reply(.success(value))
+                        }
+                    case .confirmations(_, let done):
+                        guard let message = value.errorMessage else {
+                            closingBecause = RedisError(.protocolError, "a reply where subscription confirmations were due from \(endpoint)")
+                            connection.close(.abort)
+                            return buffer.count
+                        }
+                        done(RedisError(.server, message))
                     }
                 } else {
                     closingBecause = RedisError(.protocolError, "a reply nobody asked for from \(endpoint)")
@@ -522,6 +565,15 @@ public final class RedisConnection: ConnectionHandler {
             }
         }
         return buffer.count
+    }
+
+    /// A push that confirms a (un)subscription: `subscribe`, `ssubscribe`, `psubscribe` or an unsubscribe form.
+    private static func isConfirmation(_ items: [RESPValue]) -> Bool {
+        guard let kind = items.first?.string else { return false }
+        switch kind {
+        case "subscribe", "ssubscribe", "psubscribe", "unsubscribe", "sunsubscribe", "punsubscribe": return true
+        default: return false
+        }
     }
 
     public func connectionClosed(_ connection: Connection, reason: CloseReason) {

@@ -45,6 +45,12 @@ struct Ring<Element> {
         return element
     }
 
+    /// Replaces the oldest element (nothing when empty).
+    mutating func replaceFirst(_ element: Element) {
+        guard count > 0 else { return }
+        storage[head] = element
+    }
+
     /// Keeps only the elements for which `keep` is true, in order (O(count)).
     mutating func retainAll(where keep: (Element) -> Bool) {
         var kept = Ring()

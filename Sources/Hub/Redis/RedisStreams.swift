@@ -1,0 +1,258 @@
+import COpenSSL
+
+/// Numbering, history and fan-out of event streams kept in Redis, for the coming cluster broker (issue 10). Not wired
+/// into the hub yet: this is the Redis side, tested against a real redis-server.
+///
+/// **Keys.** Every stream belongs to one of `shards` fan-out shards (FNV-1a of its identity). All keys of a stream
+/// and its shard's fan-out channel share the shard's hash tag `{N}`, so one script touches one Redis Cluster slot and
+/// may `SPUBLISH` to that shard's channel:
+/// - `P:{N}:m:ID` — a hash: `epoch` (random per numbering, set by the first publish), `seq` (the last number);
+/// - `P:{N}:h:ID` — a Redis Stream, the history: entry ID `SEQ-0` (so "after seq S" is the range `(S-0 +`), one
+///   field `e` with the event;
+/// - `P:{N}:fan` — the channel every node subscribes to (`SUBSCRIBE`, or `SSUBSCRIBE` with sharded pub/sub).
+///
+/// ID is `a:LEN:CHANNEL:ACCOUNT` for an account stream, `b:LEN:CHANNEL` for a broadcast stream (LEN is the channel
+/// name's byte count, so no channel or account spelling can make two streams share a key).
+///
+/// **Publish** is one script: create the stream with the caller's candidate epoch if it has none, `HINCRBY` the
+/// seq, `XADD` with `MAXLEN ~ size`, refresh both keys' TTL, publish `EPOCH \n SEQ \n ID \n EVENT` on the shard's
+/// channel, return `[seq, epoch]`. A stream whose keys vanished (TTL, FLUSHALL, a Redis restart without
+/// persistence) starts again at 1 under a new epoch: a client resuming with the old epoch is told `epoch_changed`.
+///
+/// **Read** is one script too, so its parts agree: the epoch, the last seq, the first retained seq, and up to
+/// `limit` entries after a position.
+public struct RedisStreams: Sendable {
+    public let prefix: String
+    public let shards: Int
+    /// Entries kept per stream (at least; `MAXLEN ~` trims by whole stream nodes).
+    public let historySize: Int
+    /// Milliseconds a stream's keys live after its last publish (0: forever).
+    public let ttlMillis: Int
+    /// `SPUBLISH` (Redis 7 sharded pub/sub, for Redis Cluster) instead of `PUBLISH`.
+    public let sharded: Bool
+
+    public init(prefix: String = "hub", shards: Int = 16, historySize: Int = 100, ttlMillis: Int = 0, sharded: Bool = false) {
+        self.prefix = prefix
+        self.shards = max(1, shards)
+        self.historySize = max(0, historySize)
+        self.ttlMillis = max(0, ttlMillis)
+        self.sharded = sharded
+    }
+
+    /// A stream as Redis knows it.
+    public struct Stream: Sendable, Equatable, Hashable {
+        public let channel: String
+        /// nil: the channel's broadcast stream.
+        public let account: String?
+
+        public init(channel: String, account: String?) {
+            self.channel = channel
+            self.account = account
+        }
+
+        var id: String {
+            if let account { return "a:\(channel.utf8.count):\(channel):\(account)" }
+            return "b:\(channel.utf8.count):\(channel)"
+        }
+    }
+
+    public func shard(of stream: Stream) -> Int {
+        var hash: UInt32 = 2_166_136_261
+        for b in stream.id.utf8 {
+            hash ^= UInt32(b)
+            hash = hash &* 16_777_619
+        }
+        return Int(hash % UInt32(shards))
+    }
+
+    public func metaKey(_ stream: Stream) -> String { "\(prefix):{\(shard(of: stream))}:m:\(stream.id)" }
+    public func historyKey(_ stream: Stream) -> String { "\(prefix):{\(shard(of: stream))}:h:\(stream.id)" }
+    public func fanoutChannel(shard: Int) -> String { "\(prefix):{\(shard)}:fan" }
+    public var fanoutChannels: [String] { (0..<shards).map { fanoutChannel(shard: $0) } }
+
+    // MARK: Scripts
+
+    static let publishScript = """
+        local epoch = redis.call('HGET', KEYS[1], 'epoch')
+        if not epoch then
+          epoch = ARGV[1]
+          redis.call('HSET', KEYS[1], 'epoch', epoch, 'seq', 0)
+        end
+        local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
+        if tonumber(ARGV[2]) > 0 then
+          redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], seq .. '-0', 'e', ARGV[5])
+        end
+        if tonumber(ARGV[3]) > 0 then
+          redis.call('PEXPIRE', KEYS[1], ARGV[3])
+          redis.call('PEXPIRE', KEYS[2], ARGV[3])
+        end
+        redis.call(ARGV[6], ARGV[4], epoch .. '\\n' .. seq .. '\\n' .. ARGV[7] .. '\\n' .. ARGV[5])
+        return {seq, epoch}
+        """
+
+    static let readScript = """
+        local epoch = redis.call('HGET', KEYS[1], 'epoch')
+        if not epoch then return {false, 0, 0, {}} end
+        local seq = tonumber(redis.call('HGET', KEYS[1], 'seq'))
+        local oldest = redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', 1)
+        local first = 0
+        if #oldest > 0 then first = tonumber(string.match(oldest[1][1], '^(%d+)-')) end
+        local entries = {}
+        if tonumber(ARGV[2]) > 0 then
+          entries = redis.call('XRANGE', KEYS[2], '(' .. ARGV[1] .. '-0', '+', 'COUNT', ARGV[2])
+        end
+        return {epoch, seq, first, entries}
+        """
+
+    // MARK: Publish
+
+    /// The reply of a publish: the event's number in its stream, and the stream's epoch.
+    public struct Numbered: Sendable, Equatable {
+        public let seq: UInt64
+        public let epoch: String
+    }
+
+    /// Numbers `event` in `stream`, keeps it in the history and publishes it on the stream's shard channel.
+    /// `candidateEpoch` becomes the stream's epoch if it has none yet (pass a fresh random one).
+    public func publish(_ event: String, to stream: Stream, candidateEpoch: String, on redis: RedisConnection,
+                        completion: @escaping (Result<Numbered, RedisError>) -> Void) {
+        let keys = [metaKey(stream), historyKey(stream)]
+        let arguments = [candidateEpoch, String(historySize), String(ttlMillis), fanoutChannel(shard: shard(of: stream)), event,
+                         sharded ? "SPUBLISH" : "PUBLISH", stream.id]
+        RedisScript.publish.run(on: redis, keys: keys, arguments: arguments) { result in
+            completion(result.flatMap { value in
+                guard let items = value.elements, items.count == 2, let seq = items[0].int, seq > 0, let epoch = items[1].string else {
+                    return .failure(RedisError(.protocolError, "unexpected publish reply \(value)"))
+                }
+                return .success(Numbered(seq: UInt64(seq), epoch: epoch))
+            })
+        }
+    }
+
+    // MARK: Read
+
+    /// What a read of a stream found, all at one instant.
+    public struct Read: Sendable, Equatable {
+        /// nil: Redis has no such stream (never published, expired, or lost).
+        public let epoch: String?
+        /// The last seq.
+        public let seq: UInt64
+        /// The oldest retained seq (0: none retained).
+        public let firstRetained: UInt64
+        /// Entries after the position asked for, oldest first: (seq, event).
+        public let entries: [Entry]
+    }
+
+    public struct Entry: Sendable, Equatable {
+        public let seq: UInt64
+        public let event: String
+    }
+
+    /// Reads the stream's position and up to `limit` entries after `after` (limit 0: the position only).
+    public func read(_ stream: Stream, after: UInt64, limit: Int, on redis: RedisConnection,
+                     completion: @escaping (Result<Read, RedisError>) -> Void) {
+        RedisScript.read.run(on: redis, keys: [metaKey(stream), historyKey(stream)], arguments: [String(after), String(max(0, limit))]) { result in
+            completion(result.flatMap(Self.parseRead))
+        }
+    }
+
+    static func parseRead(_ value: RESPValue) -> Result<Read, RedisError> {
+        func bad() -> Result<Read, RedisError> { .failure(RedisError(.protocolError, "unexpected read reply")) }
+        guard let items = value.elements, items.count == 4, let seq = items[1].int, seq >= 0,
+              let first = items[2].int, first >= 0, let list = items[3].elements else { return bad() }
+        let epoch: String?
+        switch items[0] {
+        case .null, .boolean(false): epoch = nil  // Lua false: nil under RESP3, a null bulk under RESP2
+        default:
+            guard let e = items[0].string else { return bad() }
+            epoch = e
+        }
+        var entries: [Entry] = []
+        entries.reserveCapacity(list.count)
+        for entry in list {
+            // [ "SEQ-0", ["e", EVENT] ]
+            guard let parts = entry.elements, parts.count == 2, let id = parts[0].string, let fields = parts[1].elements,
+                  fields.count == 2, let event = fields[1].string,
+                  let dash = id.firstIndex(of: "-"), let seq = UInt64(id[..<dash]) else { return bad() }
+            entries.append(Entry(seq: seq, event: event))
+        }
+        return .success(Read(epoch: epoch, seq: UInt64(seq), firstRetained: UInt64(first), entries: entries))
+    }
+
+    // MARK: Fan-out messages
+
+    /// One message from a shard channel.
+    public struct Message: Sendable, Equatable {
+        public let epoch: String
+        public let seq: UInt64
+        /// The stream's ID as in its keys (`a:…` or `b:…`).
+        public let streamID: String
+        public let event: String
+    }
+
+    /// Parses a push message (`message`/`smessage`, channel, payload) from a fan-out channel; nil for any other push.
+    public func message(from push: RESPValue) -> Message? {
+        guard case .push(let items) = push, items.count == 3, let kind = items[0].string,
+              kind == "message" || kind == "smessage", case .bulk(let payload) = items[2] else { return nil }
+        // EPOCH \n SEQ \n ID \n EVENT (the event may hold newlines; the first three fields cannot).
+        var fields: [ArraySlice<UInt8>] = []
+        var start = payload.startIndex
+        for i in payload.indices where fields.count < 3 && payload[i] == 0x0A {
+            fields.append(payload[start..<i])
+            start = i + 1
+        }
+        guard fields.count == 3, let seq = UInt64(String(decoding: fields[1], as: UTF8.self)) else { return nil }
+        return Message(epoch: String(decoding: fields[0], as: UTF8.self), seq: seq,
+                       streamID: String(decoding: fields[2], as: UTF8.self),
+                       event: String(decoding: payload[start...], as: UTF8.self))
+    }
+}
+
+/// A Lua script run with `EVALSHA`, loaded on first use and again after `NOSCRIPT` (a restarted or flushed Redis).
+struct RedisScript: Sendable {
+    let source: String
+    let sha1: String
+
+    init(_ source: String) {
+        self.source = source
+        sha1 = SHA1Hex.digest(Array(source.utf8))
+    }
+
+    static let publish = RedisScript(RedisStreams.publishScript)
+    static let read = RedisScript(RedisStreams.readScript)
+
+    func run(on redis: RedisConnection, keys: [String], arguments: [String], completion: @escaping (Result<RESPValue, RedisError>) -> Void) {
+        let tail = [String(keys.count)] + keys + arguments
+        redis.send(["EVALSHA", sha1] + tail) { result in
+            if case .failure(let error) = result, error.kind == .server, error.message.hasPrefix("NOSCRIPT") {
+                // EVAL runs it and caches it under the same SHA-1 for the next EVALSHA.
+                redis.send(["EVAL", source] + tail, reply: completion)
+            } else {
+                completion(result)
+            }
+        }
+    }
+}
+
+/// Lowercase hex SHA-1 (Redis names cached scripts by it).
+enum SHA1Hex {
+    static func digest(_ bytes: [UInt8]) -> String {
+        var digest = [UInt8](repeating: 0, count: 20)
+        var length: UInt32 = 0
+        let ok = bytes.withUnsafeBytes { input in
+            digest.withUnsafeMutableBufferPointer { out in
+                EVP_Digest(input.baseAddress, input.count, out.baseAddress, &length, EVP_sha1(), nil)
+            }
+        }
+        // A failure gives a SHA-1 Redis does not know: EVALSHA answers NOSCRIPT and the script runs with EVAL.
+        guard ok == 1, length == 20 else { return String(repeating: "0", count: 40) }
+        let hex = Array("0123456789abcdef".utf8)
+        var text: [UInt8] = []
+        text.reserveCapacity(40)
+        for b in digest {
+            text.append(hex[Int(b >> 4)])
+            text.append(hex[Int(b & 15)])
+        }
+        return String(decoding: text, as: UTF8.self)
+    }
+}

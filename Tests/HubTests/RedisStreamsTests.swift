@@ -1,0 +1,170 @@
+import Foundation
+import Synchronization
+import Testing
+@testable import Hub
+
+@Suite("Redis streams: key layout")
+struct RedisStreamsKeyTests {
+    @Test func everyKeyOfAStreamSharesItsShardsHashTag() {
+        let streams = RedisStreams(shards: 16)
+        for i in 0..<200 {
+            let stream = RedisStreams.Stream(channel: "wallet_updates", account: i % 7 == 0 ? nil : "acc_\(i)")
+            let shard = streams.shard(of: stream)
+            #expect((0..<16).contains(shard))
+            let tag = "{\(shard)}"
+            #expect(streams.metaKey(stream).contains(tag) && streams.historyKey(stream).contains(tag))
+            #expect(streams.fanoutChannel(shard: shard).contains(tag))
+        }
+        #expect(Set((0..<200).map { streams.shard(of: .init(channel: "c", account: "acc_\($0)")) }).count == 16, "spread over every shard")
+    }
+
+    @Test func noTwoStreamsShareAKey() {
+        let streams = RedisStreams()
+        let tricky: [RedisStreams.Stream] = [
+            .init(channel: "a:1", account: "x"), .init(channel: "a", account: "1:x"), .init(channel: "a", account: nil),
+            .init(channel: "a", account: ""), .init(channel: "a:", account: nil), .init(channel: "b:1:a", account: nil),
+            .init(channel: "Å", account: "x"), .init(channel: "A\u{30A}", account: "x"),
+        ]
+        #expect(Set(tricky.map(streams.metaKey)).count == tricky.count)
+        #expect(Set(tricky.map(streams.historyKey)).count == tricky.count)
+    }
+
+    @Test func fanoutMessagesParseWithNewlinesInTheEvent() {
+        let streams = RedisStreams()
+        let payload = Array("EPOCH1\n42\na:3:abc:acc\n{\"type\":\"x\",\n\"data\":1}".utf8)
+        let push = RESPValue.push([.bulk(Array("message".utf8)), .bulk(Array("hub:{3}:fan".utf8)), .bulk(payload)])
+        #expect(streams.message(from: push) == .init(epoch: "EPOCH1", seq: 42, streamID: "a:3:abc:acc", event: "{\"type\":\"x\",\n\"data\":1}"))
+        #expect(streams.message(from: .push([.bulk(Array("subscribe".utf8)), .bulk([]), .integer(1)])) == nil)
+        #expect(streams.message(from: .push([.bulk(Array("message".utf8)), .bulk([]), .bulk(Array("x\ny".utf8))])) == nil)
+    }
+}
+
+@Suite("Redis streams against a real redis-server", .serialized)
+struct RedisStreamsTests {
+    private func publish(_ r: RedisOnLoop, _ streams: RedisStreams, _ stream: RedisStreams.Stream, _ events: [String],
+                         epoch: String) throws -> [Result<RedisStreams.Numbered, RedisError>] {
+        try r.onLoop { redis, done in
+            var results: [Result<RedisStreams.Numbered, RedisError>] = []
+            for event in events {
+                streams.publish(event, to: stream, candidateEpoch: epoch, on: redis) { result in
+                    results.append(result)
+                    if results.count == events.count { done(results) }
+                }
+            }
+        }
+    }
+
+    private func read(_ r: RedisOnLoop, _ streams: RedisStreams, _ stream: RedisStreams.Stream, after: UInt64, limit: Int) throws
+        -> Result<RedisStreams.Read, RedisError> {
+        try r.onLoop { redis, done in streams.read(stream, after: after, limit: limit, on: redis) { done($0) } }
+    }
+
+    @Test("three connections publish to one stream at once: one contiguous numbering, one epoch, a capped history, every message fanned out in order",
+          .enabled(if: RedisPeer.enabled, RedisPeer.skipReason))
+    func concurrentPublishers() throws {
+        let server = try RedisServer()
+        let endpoint = RedisEndpoint(address: .unix(path: server.socketPath))
+        let streams = RedisStreams(shards: 4, historySize: 100)
+        let stream = RedisStreams.Stream(channel: "wallet_updates", account: "acc_1")
+        let subscriber = try RedisOnLoop(endpoint, onReady: ["SUBSCRIBE"] + streams.fanoutChannels)
+        let publishers = try (0..<3).map { _ in try RedisOnLoop(endpoint) }
+        #expect(subscriber.waitFor { subscriber.pushed.count == 4 && publishers.allSatisfy { $0.readyCount == 1 } })
+
+        let results = Mutex<[Result<RedisStreams.Numbered, RedisError>]>([])
+        let threads = publishers.enumerated().map { k, p in
+            Thread {
+                let mine = (try? self.publish(p, streams, stream, (0..<300).map { "{\"from\":\(k),\"n\":\($0)}" }, epoch: "E\(k)")) ?? []
+                results.withLock { $0 += mine }
+            }
+        }
+        threads.forEach { $0.start() }
+        #expect(eventually(timeout: 20) { results.withLock { $0.count } == 900 })
+        let numbered = results.withLock { $0 }.compactMap { try? $0.get() }
+        #expect(numbered.count == 900)
+        #expect(numbered.map(\.seq).sorted() == Array(1...900))
+        #expect(Set(numbered.map(\.epoch)).count == 1, "the first publish's candidate epoch is the stream's")
+
+        let all = try read(publishers[0], streams, stream, after: 0, limit: 10_000).get()
+        #expect(all.epoch == numbered.first?.epoch)
+        #expect(all.seq == 900)
+        #expect(all.entries.count >= 100 && all.entries.count < 900, "MAXLEN ~ 100 keeps at least 100: \(all.entries.count)")
+        #expect(all.entries.map(\.seq) == Array((901 - UInt64(all.entries.count))...900), "contiguous up to the top")
+        #expect(all.firstRetained == all.entries.first?.seq)
+
+        // The subscriber saw every event of the stream once, in seq order, with its event text.
+        #expect(subscriber.waitFor(20) { subscriber.pushed.count == 4 + 900 })
+        let messages = subscriber.pushed.compactMap(streams.message)
+        #expect(messages.map(\.seq) == Array(1...900))
+        #expect(messages.allSatisfy { $0.streamID == stream.id && $0.epoch == all.epoch })
+        #expect(Set(messages.map(\.event)).count == 900)
+    }
+
+    @Test("reads: after a position, at the top, past the top, a stream Redis does not have",
+          .enabled(if: RedisPeer.enabled, RedisPeer.skipReason))
+    func reads() throws {
+        let server = try RedisServer()
+        let r = try RedisOnLoop(RedisEndpoint(address: .unix(path: server.socketPath)))
+        #expect(r.waitFor { r.readyCount == 1 })
+        let streams = RedisStreams(historySize: 1000)
+        let stream = RedisStreams.Stream(channel: "profile_updates", account: nil)
+        _ = try publish(r, streams, stream, (1...10).map { "event \($0)" }, epoch: "EPOCH")
+        let after7 = try read(r, streams, stream, after: 7, limit: 100).get()
+        #expect(after7 == .init(epoch: "EPOCH", seq: 10, firstRetained: 1, entries: (8...10).map { .init(seq: $0, event: "event \($0)") }))
+        #expect(try read(r, streams, stream, after: 3, limit: 2).get().entries.map(\.seq) == [4, 5], "limit")
+        #expect(try read(r, streams, stream, after: 10, limit: 100).get().entries.isEmpty)
+        #expect(try read(r, streams, stream, after: 15, limit: 100).get().entries.isEmpty)
+        #expect(try read(r, streams, stream, after: 0, limit: 0).get().entries.isEmpty, "position only")
+        let missing = try read(r, streams, .init(channel: "profile_updates", account: "nobody"), after: 0, limit: 10).get()
+        #expect(missing == .init(epoch: nil, seq: 0, firstRetained: 0, entries: []))
+    }
+
+    @Test("Redis loses the data (FLUSHALL, SCRIPT FLUSH): numbering restarts at 1 under a new epoch, scripts are loaded again",
+          .enabled(if: RedisPeer.enabled, RedisPeer.skipReason))
+    func dataLoss() throws {
+        let server = try RedisServer()
+        let r = try RedisOnLoop(RedisEndpoint(address: .unix(path: server.socketPath)))
+        #expect(r.waitFor { r.readyCount == 1 })
+        let streams = RedisStreams()
+        let stream = RedisStreams.Stream(channel: "wallet_updates", account: "acc_9")
+        let first = try publish(r, streams, stream, ["a", "b"], epoch: "OLD").map { try $0.get() }
+        #expect(first == [.init(seq: 1, epoch: "OLD"), .init(seq: 2, epoch: "OLD")])
+        _ = try r.call(["FLUSHALL"]).get()
+        _ = try r.call(["SCRIPT", "FLUSH"]).get()
+        let again = try publish(r, streams, stream, ["c"], epoch: "NEW").map { try $0.get() }
+        #expect(again == [.init(seq: 1, epoch: "NEW")])
+        #expect(try read(r, streams, stream, after: 0, limit: 10).get().entries == [.init(seq: 1, event: "c")])
+    }
+
+    @Test("a stream idle past its TTL is gone (so its next publish starts a new epoch)",
+          .enabled(if: RedisPeer.enabled, RedisPeer.skipReason))
+    func ttl() throws {
+        let server = try RedisServer()
+        let r = try RedisOnLoop(RedisEndpoint(address: .unix(path: server.socketPath)))
+        #expect(r.waitFor { r.readyCount == 1 })
+        let streams = RedisStreams(ttlMillis: 300)
+        let stream = RedisStreams.Stream(channel: "c", account: "a")
+        _ = try publish(r, streams, stream, ["x"], epoch: "E1")
+        #expect(try read(r, streams, stream, after: 0, limit: 1).get().epoch == "E1")
+        #expect(r.waitFor(5) { (try? read(r, streams, stream, after: 0, limit: 1).get().epoch) == .some(nil) })
+        #expect(try publish(r, streams, stream, ["y"], epoch: "E2").map { try $0.get() } == [.init(seq: 1, epoch: "E2")])
+    }
+
+    @Test("sharded pub/sub: SSUBSCRIBE to the shard channels receives every event as smessage",
+          .enabled(if: RedisPeer.enabled, RedisPeer.skipReason))
+    func sharded() throws {
+        let server = try RedisServer()
+        let endpoint = RedisEndpoint(address: .unix(path: server.socketPath))
+        let streams = RedisStreams(shards: 8, sharded: true)
+        let subscriber = try RedisOnLoop(endpoint, onReady: ["SSUBSCRIBE"] + streams.fanoutChannels)
+        let r = try RedisOnLoop(endpoint)
+        #expect(subscriber.waitFor { subscriber.readyCount == 1 && r.readyCount == 1 && subscriber.log.contains("subscribed: ok") },
+                "\(subscriber.log)")
+        let counts = try r.call(["PUBSUB", "SHARDNUMSUB"] + streams.fanoutChannels).get().elements ?? []
+        #expect(counts.count == 16)
+        #expect(stride(from: 1, to: counts.count, by: 2).allSatisfy { counts[$0] == .integer(1) }, "\(counts)")
+        let accounts = (0..<20).map { "acc_\($0)" }
+        for a in accounts { _ = try publish(r, streams, .init(channel: "wallet_updates", account: a), ["{}"], epoch: "E") }
+        #expect(subscriber.waitFor { subscriber.pushed.compactMap(streams.message).count == 20 }, "\(subscriber.pushed.suffix(3))")
+        #expect(subscriber.pushed.filter { $0.elements?.first?.string == "smessage" }.count == 20)
+    }
+}
