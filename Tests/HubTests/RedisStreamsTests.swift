@@ -135,6 +135,32 @@ struct RedisStreamsTests {
         #expect(try read(r, streams, stream, after: 0, limit: 10).get().entries == [.init(seq: 1, event: "c")])
     }
 
+    @Test("an idempotency key: a repeat within the window gets the first seq and changes nothing; other keys, other streams and an expired key are new",
+          .enabled(if: RedisPeer.enabled, RedisPeer.skipReason))
+    func idempotency() throws {
+        let server = try RedisServer()
+        let r = try RedisOnLoop(RedisEndpoint(address: .unix(path: server.socketPath)))
+        #expect(r.waitFor { r.readyCount == 1 })
+        let streams = RedisStreams()
+        let a = RedisStreams.Stream(channel: "wallet_updates", account: "acc_1")
+        let b = RedisStreams.Stream(channel: "wallet_updates", account: "acc_2")
+        func publish(_ stream: RedisStreams.Stream, _ event: String, key: String?, window: Int = 60_000) throws -> RedisStreams.Numbered {
+            try r.onLoop { redis, done in
+                streams.publish(event, to: stream, candidateEpoch: "E", idempotencyKey: key, windowMillis: window, on: redis) { done($0) }
+            }.get()
+        }
+        #expect(try publish(a, "first", key: "k1") == .init(seq: 1, epoch: "E", duplicate: false))
+        #expect(try publish(a, "retry", key: "k1") == .init(seq: 1, epoch: "E", duplicate: true))
+        #expect(try publish(a, "second", key: "k2") == .init(seq: 2, epoch: "E", duplicate: false))
+        #expect(try publish(b, "other stream", key: "k1") == .init(seq: 1, epoch: "E", duplicate: false))
+        #expect(try publish(a, "no key", key: nil) == .init(seq: 3, epoch: "E", duplicate: false))
+        #expect(try read(r, streams, a, after: 0, limit: 10).get().entries.map(\.event) == ["first", "second", "no key"],
+                "the retry was neither kept nor numbered")
+        #expect(try publish(a, "short window", key: "k3", window: 100).seq == 4)
+        usleep(300_000)
+        #expect(try publish(a, "after the window", key: "k3") == .init(seq: 5, epoch: "E", duplicate: false))
+    }
+
     @Test("a stream idle past its TTL is gone (so its next publish starts a new epoch)",
           .enabled(if: RedisPeer.enabled, RedisPeer.skipReason))
     func ttl() throws {

@@ -16,7 +16,9 @@ import COpenSSL
 ///
 /// **Publish** is one script: create the stream with the caller's candidate epoch if it has none, `HINCRBY` the
 /// seq, `XADD` with `MAXLEN ~ size`, refresh both keys' TTL, publish `EPOCH \n SEQ \n ID \n EVENT` on the shard's
-/// channel, return `[seq, epoch]`. A stream whose keys vanished (TTL, FLUSHALL, a Redis restart without
+/// channel, return `[seq, epoch, 0]`. With an idempotency key (a third key, `P:{N}:i:…`, same slot), a key seen
+/// within its window returns the first publish's `[seq, epoch, 1]` and does nothing else; a new one is stored with
+/// the window as its TTL. A stream whose keys vanished (TTL, FLUSHALL, a Redis restart without
 /// persistence) starts again at 1 under a new epoch: a client resuming with the old epoch is told `epoch_changed`.
 ///
 /// **Read** is one script too, so its parts agree: the epoch, the last seq, the first retained seq, and up to
@@ -73,6 +75,13 @@ public struct RedisStreams: Sendable {
     // MARK: Scripts
 
     static let publishScript = """
+        if #KEYS == 3 then
+          local prior = redis.call('GET', KEYS[3])
+          if prior then
+            local sep = string.find(prior, ' ', 1, true)
+            return {tonumber(string.sub(prior, 1, sep - 1)), string.sub(prior, sep + 1), 1}
+          end
+        end
         local epoch = redis.call('HGET', KEYS[1], 'epoch')
         if not epoch then
           epoch = ARGV[1]
@@ -87,7 +96,10 @@ public struct RedisStreams: Sendable {
           redis.call('PEXPIRE', KEYS[2], ARGV[3])
         end
         redis.call(ARGV[6], ARGV[4], epoch .. '\\n' .. seq .. '\\n' .. ARGV[7] .. '\\n' .. ARGV[5])
-        return {seq, epoch}
+        if #KEYS == 3 then
+          redis.call('SET', KEYS[3], seq .. ' ' .. epoch, 'PX', ARGV[8])
+        end
+        return {seq, epoch, 0}
         """
 
     static let readScript = """
@@ -106,25 +118,34 @@ public struct RedisStreams: Sendable {
 
     // MARK: Publish
 
-    /// The reply of a publish: the event's number in its stream, and the stream's epoch.
+    /// The reply of a publish: the event's number in its stream, and the stream's epoch; for a repeated idempotency
+    /// key, the first publish's, with `duplicate` set (and nothing numbered, kept or published again).
     public struct Numbered: Sendable, Equatable {
         public let seq: UInt64
         public let epoch: String
+        public var duplicate = false
     }
+
+    public func idempotencyKey(_ stream: Stream, _ key: String) -> String { "\(prefix):{\(shard(of: stream))}:i:\(stream.id.utf8.count):\(stream.id):\(key)" }
 
     /// Numbers `event` in `stream`, keeps it in the history and publishes it on the stream's shard channel.
     /// `candidateEpoch` becomes the stream's epoch if it has none yet (pass a fresh random one).
-    public func publish(_ event: String, to stream: Stream, candidateEpoch: String, on redis: RedisConnection,
+    /// With `idempotencyKey`, a repeat of the key in this stream within `windowMillis` is answered with the first
+    /// publish's seq and epoch (the key lives in Redis, so a retry through another node is recognised too).
+    public func publish(_ event: String, to stream: Stream, candidateEpoch: String, idempotencyKey key: String? = nil,
+                        windowMillis: Int = 300_000, on redis: RedisConnection,
                         completion: @escaping (Result<Numbered, RedisError>) -> Void) {
-        let keys = [metaKey(stream), historyKey(stream)]
+        var keys = [metaKey(stream), historyKey(stream)]
+        if let key { keys.append(idempotencyKey(stream, key)) }
         let arguments = [candidateEpoch, String(historySize), String(ttlMillis), fanoutChannel(shard: shard(of: stream)), event,
-                         sharded ? "SPUBLISH" : "PUBLISH", stream.id]
+                         sharded ? "SPUBLISH" : "PUBLISH", stream.id, String(max(1, windowMillis))]
         RedisScript.publish.run(on: redis, keys: keys, arguments: arguments) { result in
             completion(result.flatMap { value in
-                guard let items = value.elements, items.count == 2, let seq = items[0].int, seq > 0, let epoch = items[1].string else {
+                guard let items = value.elements, items.count == 3, let seq = items[0].int, seq > 0, let epoch = items[1].string,
+                      let duplicate = items[2].int else {
                     return .failure(RedisError(.protocolError, "unexpected publish reply \(value)"))
                 }
-                return .success(Numbered(seq: UInt64(seq), epoch: epoch))
+                return .success(Numbered(seq: UInt64(seq), epoch: epoch, duplicate: duplicate == 1))
             })
         }
     }
