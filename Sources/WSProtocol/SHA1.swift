@@ -1,9 +1,9 @@
 import COpenSSL
 
 /// SHA-1 from libcrypto (EVP one-shot API; the low-level `SHA1()` is deprecated in OpenSSL 3).
-/// Used only for `Sec-WebSocket-Accept`, where SHA-1 is what RFC 6455 prescribes.
-enum SHA1 {
-    static func hash(_ bytes: [UInt8]) -> [UInt8] {
+/// Used for `Sec-WebSocket-Accept`, where SHA-1 is what RFC 6455 prescribes, and by the hub to name Redis scripts.
+public enum SHA1 {
+    public static func hash(_ bytes: [UInt8]) -> [UInt8] {
         var digest = [UInt8](repeating: 0, count: 20)
         var length: UInt32 = 0
         let ok = bytes.withUnsafeBytes { input in

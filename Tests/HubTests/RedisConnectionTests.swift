@@ -104,6 +104,13 @@ final class RedisOnLoop: @unchecked Sendable {
         loop.join()
     }
 
+    /// Connected to `server` over its Unix socket and ready (HELLO done), or a thrown error saying what happened.
+    static func ready(_ server: RedisServer, timeout: Double = 10) throws -> RedisOnLoop {
+        let r = try RedisOnLoop(RedisEndpoint(address: .unix(path: server.socketPath)))
+        guard r.waitFor(timeout, { r.readyCount == 1 }) else { throw HubTestError("not ready after \(timeout) s: \(r.log)") }
+        return r
+    }
+
     var log: [String] { events.withLock { $0 } }
     var readyCount: Int { log.filter { $0 == "ready" }.count }
     var pushed: [RESPValue] { pushes.withLock { $0 } }

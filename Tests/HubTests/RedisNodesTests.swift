@@ -8,8 +8,7 @@ struct RedisNodesTests {
           .enabled(if: RedisPeer.enabled, RedisPeer.skipReason))
     func heartbeats() throws {
         let server = try RedisServer()
-        let r = try RedisOnLoop(RedisEndpoint(address: .unix(path: server.socketPath)))
-        #expect(r.waitFor { r.readyCount == 1 })
+        let r = try RedisOnLoop.ready(server)
         let registry = RedisNodes(staleMillis: 400)
         func beat(_ id: String, _ info: String) throws -> Int64 {
             try r.onLoop { redis, done in registry.heartbeat(id: id, info: info, on: redis) { done($0) } }.get()

@@ -103,8 +103,7 @@ struct RedisStreamsTests {
           .enabled(if: RedisPeer.enabled, RedisPeer.skipReason))
     func reads() throws {
         let server = try RedisServer()
-        let r = try RedisOnLoop(RedisEndpoint(address: .unix(path: server.socketPath)))
-        #expect(r.waitFor { r.readyCount == 1 })
+        let r = try RedisOnLoop.ready(server)
         let streams = RedisStreams(historySize: 1000)
         let stream = RedisStreams.Stream(channel: "profile_updates", account: nil)
         _ = try publish(r, streams, stream, (1...10).map { "event \($0)" }, epoch: "EPOCH")
@@ -122,8 +121,7 @@ struct RedisStreamsTests {
           .enabled(if: RedisPeer.enabled, RedisPeer.skipReason))
     func dataLoss() throws {
         let server = try RedisServer()
-        let r = try RedisOnLoop(RedisEndpoint(address: .unix(path: server.socketPath)))
-        #expect(r.waitFor { r.readyCount == 1 })
+        let r = try RedisOnLoop.ready(server)
         let streams = RedisStreams()
         let stream = RedisStreams.Stream(channel: "wallet_updates", account: "acc_9")
         let first = try publish(r, streams, stream, ["a", "b"], epoch: "OLD").map { try $0.get() }
@@ -139,8 +137,7 @@ struct RedisStreamsTests {
           .enabled(if: RedisPeer.enabled, RedisPeer.skipReason))
     func idempotency() throws {
         let server = try RedisServer()
-        let r = try RedisOnLoop(RedisEndpoint(address: .unix(path: server.socketPath)))
-        #expect(r.waitFor { r.readyCount == 1 })
+        let r = try RedisOnLoop.ready(server)
         let streams = RedisStreams()
         let a = RedisStreams.Stream(channel: "wallet_updates", account: "acc_1")
         let b = RedisStreams.Stream(channel: "wallet_updates", account: "acc_2")
@@ -165,8 +162,7 @@ struct RedisStreamsTests {
           .enabled(if: RedisPeer.enabled, RedisPeer.skipReason))
     func ttl() throws {
         let server = try RedisServer()
-        let r = try RedisOnLoop(RedisEndpoint(address: .unix(path: server.socketPath)))
-        #expect(r.waitFor { r.readyCount == 1 })
+        let r = try RedisOnLoop.ready(server)
         let streams = RedisStreams(ttlMillis: 300)
         let stream = RedisStreams.Stream(channel: "c", account: "a")
         _ = try publish(r, streams, stream, ["x"], epoch: "E1")

@@ -105,6 +105,36 @@ public struct SocketAddress: @unchecked Sendable, CustomStringConvertible {
         }
     }
 
+    /// A Unix socket path (`sun_path` holds at most 107 bytes and its NUL).
+    public init(unixPath path: String) throws(EngineError) {
+        var sun = sockaddr_un()
+        sun.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        let fits = withUnsafeMutableBytes(of: &sun.sun_path) { raw -> Bool in
+            guard !bytes.isEmpty, bytes.count < raw.count else { return false }
+            raw.copyBytes(from: bytes)
+            raw[bytes.count] = 0
+            return true
+        }
+        guard fits else { throw EngineError("unix socket path empty or too long (max 107 bytes): \(path)") }
+        self.init(raw: sun)
+    }
+
+    /// A non-blocking, cloexec socket whose connect has been started (done, or EINPROGRESS: the engine sees the
+    /// outcome as writable or as an error once the fd is adopted); TCP_NODELAY for IP. For clients on the loop,
+    /// which must not block on a connect.
+    public func startConnect() throws(SyscallError) -> Int32 {
+        let fd = try syscallBlocking("socket") { socket(family, Int32(SOCK_STREAM.rawValue) | LinuxSyscalls.CLOEXEC | LinuxSyscalls.NONBLOCK, 0) }
+        let rc = withSockAddr { Glibc.connect(fd, $0, $1) }
+        if rc != 0 && errno != EINPROGRESS {
+            let code = errno
+            closeFD(fd)
+            throw SyscallError(call: "connect", code: code)
+        }
+        if family != AF_UNIX { Socket.setNoDelay(fd) }
+        return fd
+    }
+
     /// Opens a TCP connection (blocking connect, then non-blocking, cloexec, TCP_NODELAY) for
     /// clients such as the load generator; adopt the fd with `Connection(adopting:on:peer:handler:)`.
     public func connect() throws(SyscallError) -> Int32 {

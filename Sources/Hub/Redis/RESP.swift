@@ -48,10 +48,13 @@ public enum RESPValue: Sendable, Equatable {
         }
     }
 
-    public var isError: Bool {
-        if case .error = self { return true }
-        return false
+    /// The message of an error reply.
+    public var errorMessage: String? {
+        if case .error(let message) = self { return message }
+        return nil
     }
+
+    public var isError: Bool { errorMessage != nil }
 }
 
 /// Bounds on what the decoder accepts. Redis's own limits are larger (`proto-max-bulk-len` 512 MB); the hub never
@@ -186,7 +189,7 @@ public struct RESPDecoder: Sendable {
                 }
                 bulk = nil
                 let value = try Self.bulkValue(type: pending.type, pending.bytes, offset: i)
-                if let done = try complete(value, offset: i) { return .value(done, next: i) }
+                if let done = complete(value) { return .value(done, next: i) }
                 continue
             }
 
@@ -200,79 +203,76 @@ public struct RESPDecoder: Sendable {
             let line = UnsafeRawBufferPointer(rebasing: buffer[(i + 1)..<lineEnd])
             let lineOffset = i + 1
             let after = lineEnd + 2
+            // A value complete with its line, or nil when the line opened a bulk or an aggregate (or an empty
+            // attribute, which annotates the next value).
+            let value: RESPValue?
             switch type {
             case UInt8(ascii: "+"):
-                i = after
-                if let done = try complete(.simple(String(decoding: line, as: UTF8.self)), offset: i) { return .value(done, next: i) }
+                value = .simple(String(decoding: line, as: UTF8.self))
             case UInt8(ascii: "-"):
-                i = after
-                if let done = try complete(.error(String(decoding: line, as: UTF8.self)), offset: i) { return .value(done, next: i) }
+                value = .error(String(decoding: line, as: UTF8.self))
             case UInt8(ascii: ":"):
                 guard let n = Self.parseInteger(line) else { throw RESPError(kind: .badInteger, offset: lineOffset) }
-                i = after
-                if let done = try complete(.integer(n), offset: i) { return .value(done, next: i) }
+                value = .integer(n)
             case UInt8(ascii: "_"):
                 guard line.isEmpty else { throw RESPError(kind: .badNull, offset: lineOffset) }
-                i = after
-                if let done = try complete(.null, offset: i) { return .value(done, next: i) }
+                value = .null
             case UInt8(ascii: "#"):
                 guard line.count == 1, line[0] == UInt8(ascii: "t") || line[0] == UInt8(ascii: "f") else {
                     throw RESPError(kind: .badBoolean, offset: lineOffset)
                 }
-                i = after
-                if let done = try complete(.boolean(line[0] == UInt8(ascii: "t")), offset: i) { return .value(done, next: i) }
+                value = .boolean(line[0] == UInt8(ascii: "t"))
             case UInt8(ascii: ","):
                 guard let d = Self.parseDouble(line) else { throw RESPError(kind: .badDouble, offset: lineOffset) }
-                i = after
-                if let done = try complete(.double(d), offset: i) { return .value(done, next: i) }
+                value = .double(d)
             case UInt8(ascii: "("):
                 guard Self.isBigNumber(line) else { throw RESPError(kind: .badBigNumber, offset: lineOffset) }
-                i = after
-                if let done = try complete(.bigNumber(String(decoding: line, as: UTF8.self)), offset: i) { return .value(done, next: i) }
+                value = .bigNumber(String(decoding: line, as: UTF8.self))
             case UInt8(ascii: "$"), UInt8(ascii: "!"), UInt8(ascii: "="):
                 if line.first == UInt8(ascii: "?") { throw RESPError(kind: .unsupported, offset: lineOffset) }
                 guard let n = Self.parseInteger(line), n >= (type == UInt8(ascii: "$") ? -1 : 0) else {
                     throw RESPError(kind: .badLength, offset: lineOffset)
                 }
-                i = after
                 if n == -1 {
-                    if let done = try complete(.null, offset: i) { return .value(done, next: i) }
-                    continue
+                    value = .null
+                } else {
+                    guard n <= Int64(limits.maxBulkBytes) else { throw RESPError(kind: .bulkTooLong, offset: lineOffset) }
+                    let length = Int(n)
+                    var bytes: [UInt8] = []
+                    // Reserve what has arrived at most: the length alone is not a reason to allocate.
+                    bytes.reserveCapacity(min(length, count - after))
+                    bulk = PendingBulk(type: type, length: length, bytes: bytes)
+                    value = nil
                 }
-                guard n <= Int64(limits.maxBulkBytes) else { throw RESPError(kind: .bulkTooLong, offset: lineOffset) }
-                let length = Int(n)
-                var bytes: [UInt8] = []
-                // Reserve what has arrived at most: the length alone is not a reason to allocate.
-                bytes.reserveCapacity(min(length, count - i))
-                bulk = PendingBulk(type: type, length: length, bytes: bytes)
             case UInt8(ascii: "*"), UInt8(ascii: "~"), UInt8(ascii: "%"), UInt8(ascii: ">"), UInt8(ascii: "|"):
                 if line.first == UInt8(ascii: "?") { throw RESPError(kind: .unsupported, offset: lineOffset) }
                 guard let n = Self.parseInteger(line), n >= (type == UInt8(ascii: "*") ? -1 : 0) else {
                     throw RESPError(kind: .badLength, offset: lineOffset)
                 }
-                i = after
                 if n == -1 {
-                    if let done = try complete(.null, offset: i) { return .value(done, next: i) }
-                    continue
+                    value = .null
+                } else {
+                    // A map or attribute of n pairs holds 2n values.
+                    let pairs = type == UInt8(ascii: "%") || type == UInt8(ascii: "|")
+                    guard n <= Int64(pairs ? limits.maxElements / 2 : limits.maxElements) else {
+                        throw RESPError(kind: .tooManyElements, offset: lineOffset)
+                    }
+                    let expected = pairs ? Int(n) * 2 : Int(n)
+                    guard stack.count < limits.maxDepth else { throw RESPError(kind: .tooDeep, offset: after - 1) }
+                    if expected == 0 {
+                        value = type == UInt8(ascii: "|") ? nil : Self.aggregateValue(type: type, [])
+                    } else {
+                        var items: [RESPValue] = []
+                        items.reserveCapacity(min(expected, 1024))
+                        stack.append(Aggregate(type: type, expected: expected, items: items))
+                        value = nil
+                    }
                 }
-                // A map or attribute of n pairs holds 2n values.
-                let pairs = type == UInt8(ascii: "%") || type == UInt8(ascii: "|")
-                guard n <= Int64(pairs ? limits.maxElements / 2 : limits.maxElements) else {
-                    throw RESPError(kind: .tooManyElements, offset: lineOffset)
-                }
-                let expected = pairs ? Int(n) * 2 : Int(n)
-                guard stack.count < limits.maxDepth else { throw RESPError(kind: .tooDeep, offset: i - 1) }
-                if expected == 0 {
-                    if type == UInt8(ascii: "|") { continue }  // an empty attribute annotates the next value
-                    if let done = try complete(Self.aggregateValue(type: type, []), offset: i) { return .value(done, next: i) }
-                    continue
-                }
-                var items: [RESPValue] = []
-                items.reserveCapacity(min(expected, 1024))
-                stack.append(Aggregate(type: type, expected: expected, items: items))
             default:
                 throw RESPError(kind: .unknownType, offset: i)
             }
+            i = after
+            if let value, let done = complete(value) { return .value(done, next: i) }
         }
     }
 
@@ -289,7 +289,7 @@ public struct RESPDecoder: Sendable {
 
     /// Adds a finished value to the innermost open aggregate, closing every aggregate it completes. Returns the
     /// top-level value when one is complete.
-    private mutating func complete(_ value: RESPValue, offset: Int) throws(RESPError) -> RESPValue? {
+    private mutating func complete(_ value: RESPValue) -> RESPValue? {
         var value = value
         while var top = stack.popLast() {
             top.items.append(value)
@@ -432,9 +432,7 @@ public enum RESPEncoder {
     }
 
     public static func appendBulk(_ n: Int, to out: inout [UInt8]) {
-        var digits: [UInt8] = []
-        appendDecimal(n, to: &digits)
-        appendBulk(digits, to: &out)
+        appendBulk(String(n), to: &out)
     }
 
     /// A whole command of string arguments (`["XRANGE", key, "-", "+"]`).
@@ -449,20 +447,8 @@ public enum RESPEncoder {
         return out
     }
 
+    /// Decimal digits; up to 15 of them fit in a small string, so no allocation for any realistic count.
     static func appendDecimal(_ n: Int, to out: inout [UInt8]) {
-        if n < 0 { out.append(UInt8(ascii: "-")) }
-        var magnitude = n.magnitude
-        var reversed: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
-                       UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) =
-            (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-        var count = 0
-        withUnsafeMutableBytes(of: &reversed) { digits in
-            repeat {
-                digits[count] = UInt8(ascii: "0") + UInt8(magnitude % 10)
-                magnitude /= 10
-                count += 1
-            } while magnitude > 0
-            for k in stride(from: count - 1, through: 0, by: -1) { out.append(digits[k]) }
-        }
+        out.append(contentsOf: String(n).utf8)
     }
 }

@@ -93,13 +93,21 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
             port = p
         }
         guard !host.isEmpty else { throw bad("no host") }
-        // Checked now, so a typo fails at startup rather than at every reconnect.
-        do {
-            _ = try SocketAddress(parsing: "\(host):\(port)")
-        } catch {
-            throw bad("expected an IPv4 or [IPv6] literal or localhost as the host")
-        }
         self.init(address: .tcp(host: String(host), port: port), username: username, password: password, database: database)
+        // Checked now, so a typo fails at startup rather than at every reconnect.
+        guard (try? socketAddress()) != nil else { throw bad("expected an IPv4 or [IPv6] literal or localhost as the host") }
+    }
+
+    /// The address to connect to.
+    public func socketAddress() throws(RedisError) -> SocketAddress {
+        do {
+            switch address {
+            case .tcp(let host, let port): return try SocketAddress(parsing: "\(host):\(port)")
+            case .unix(let path): return try SocketAddress(unixPath: path)
+            }
+        } catch {
+            throw RedisError(.badURL, "bad Redis address in \(self): \(error)")
+        }
     }
 
     /// The URL without its password, for logs.
@@ -129,7 +137,9 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
                 let h1 = utf8.index(after: i)
                 guard h1 != utf8.endIndex else { return nil }
                 let h2 = utf8.index(after: h1)
-                guard h2 != utf8.endIndex, let hi = hexValue(utf8[h1]), let lo = hexValue(utf8[h2]) else { return nil }
+                guard h2 != utf8.endIndex else { return nil }
+                let hi = JSONScanner.hexValue(utf8[h1]), lo = JSONScanner.hexValue(utf8[h2])
+                guard hi < 16, lo < 16 else { return nil }
                 bytes.append(hi << 4 | lo)
                 i = utf8.index(after: h2)
             } else {
@@ -138,15 +148,6 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
             }
         }
         return String(validating: bytes, as: UTF8.self)
-    }
-
-    private static func hexValue(_ b: UInt8) -> UInt8? {
-        switch b {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): return b - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): return b - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): return b - UInt8(ascii: "A") + 10
-        default: return nil
-        }
     }
 }
 
@@ -242,9 +243,6 @@ public final class RedisConnection: ConnectionHandler {
     public private(set) var state: State = .waiting
     /// Why the connection last went down or failed to come up (nil once ready again).
     public private(set) var lastError: RedisError? = nil
-    /// Connections that reached `ready`, and failed attempts or losses since the start.
-    public private(set) var connects = 0
-    public private(set) var failures = 0
 
     /// After each successful handshake.
     public var onReady: () -> Void = {}
@@ -279,6 +277,8 @@ public final class RedisConnection: ConnectionHandler {
     private var retryTimer = TimerHandle.none
     private var connectTimer = TimerHandle.none
     private var scratch: [UInt8] = []
+    /// The endpoint's address, parsed once.
+    private let resolved: Result<SocketAddress, RedisError>
     private var random = SystemRandomNumberGenerator()
 
     public init(endpoint: RedisEndpoint, loop: EventLoop, backoff: RedisBackoff = RedisBackoff(),
@@ -288,6 +288,7 @@ public final class RedisConnection: ConnectionHandler {
         self.backoff = backoff
         self.connectTimeout = connectTimeout
         self.maxQueuedBytes = maxQueuedBytes
+        resolved = Result { () throws(RedisError) in try endpoint.socketAddress() }
     }
 
     /// Starts connecting (on the loop thread).
@@ -392,47 +393,11 @@ public final class RedisConnection: ConnectionHandler {
 
     /// A non-blocking socket with its connect started (in progress or done).
     private func openSocket() throws(RedisError) -> Int32 {
-        switch endpoint.address {
-        case .tcp(let host, let port):
-            let address: SocketAddress
-            do { address = try SocketAddress(parsing: "\(host):\(port)") } catch {
-                throw RedisError(.badURL, "bad Redis host \(host)")
-            }
-            let fd = socket(address.family, Int32(SOCK_STREAM.rawValue) | LinuxSyscalls.CLOEXEC | Int32(SOCK_NONBLOCK.rawValue), 0)
-            guard fd >= 0 else { throw RedisError(.unavailable, "socket: \(errnoDescription(errno))") }
-            let rc = address.withSockAddr { Glibc.connect(fd, $0, $1) }
-            if rc != 0 && errno != EINPROGRESS {
-                let code = errno
-                closeFD(fd)
-                throw RedisError(.unavailable, "connect to \(host):\(port): \(errnoDescription(code))")
-            }
-            Socket.setNoDelay(fd)
-            return fd
-        case .unix(let path):
-            let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | LinuxSyscalls.CLOEXEC | Int32(SOCK_NONBLOCK.rawValue), 0)
-            guard fd >= 0 else { throw RedisError(.unavailable, "socket: \(errnoDescription(errno))") }
-            var address = sockaddr_un()
-            address.sun_family = sa_family_t(AF_UNIX)
-            let bytes = Array(path.utf8)
-            let fits = withUnsafeMutableBytes(of: &address.sun_path) { raw -> Bool in
-                guard bytes.count < raw.count else { return false }
-                raw.copyBytes(from: bytes)
-                raw[bytes.count] = 0
-                return true
-            }
-            guard fits else {
-                closeFD(fd)
-                throw RedisError(.badURL, "socket path too long: \(path)")
-            }
-            let rc = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-            }
-            if rc != 0 && errno != EINPROGRESS {
-                let code = errno
-                closeFD(fd)
-                throw RedisError(.unavailable, "connect to \(path): \(errnoDescription(code))")
-            }
-            return fd
+        let address = try resolved.get()
+        do {
+            return try address.startConnect()
+        } catch {
+            throw RedisError(.unavailable, "cannot connect to \(endpoint): \(error)")
         }
     }
 
@@ -449,33 +414,26 @@ public final class RedisConnection: ConnectionHandler {
         pending.append(.reply { [weak self] result in
             guard let self else { return }
             switch result {
-            case .success(let value) where !value.isError:
-                if !selecting { self.becameReady() }
-            case .success, .failure:
-                self.handshakeFailed("HELLO 3", result)
+            case .success: if !selecting { self.becameReady() }
+            case .failure(let error): self.handshakeFailed("HELLO 3", error)
             }
         })
         if selecting {
             pending.append(.reply { [weak self] result in
                 guard let self else { return }
-                if case .success(let value) = result, !value.isError {
-                    self.becameReady()
-                } else {
-                    self.handshakeFailed("SELECT \(self.endpoint.database)", result)
+                switch result {
+                case .success: self.becameReady()
+                case .failure(let error): self.handshakeFailed("SELECT \(self.endpoint.database)", error)
                 }
             })
         }
     }
 
-    private func handshakeFailed(_ step: String, _ result: Result<RESPValue, RedisError>) {
+    /// An error reply (or a lost connection) during the handshake.
+    private func handshakeFailed(_ step: String, _ error: RedisError) {
         guard state == .connecting, let c = connection else { return }
-        let why: String
-        switch result {
-        case .success(let value): why = value.errorMessage ?? "unexpected reply"
-        case .failure(let error): why = error.message
-        }
         // The connection goes down and is retried with backoff: a wrong password is logged at every attempt.
-        closingBecause = RedisError(.handshake, "\(step) refused by \(endpoint): \(why)")
+        closingBecause = RedisError(.handshake, "\(step) refused by \(endpoint): \(error.message)")
         c.close(.abort)
     }
 
@@ -485,7 +443,6 @@ public final class RedisConnection: ConnectionHandler {
         state = .ready
         attempt = 0
         lastError = nil
-        connects += 1
         onReady()
     }
 
@@ -496,7 +453,6 @@ public final class RedisConnection: ConnectionHandler {
         connection = nil
         state = .waiting
         lastError = error
-        failures += 1
         failPending(RedisError(.connectionLost, error.message))
         onDown(error)
         guard state == .waiting else { return }  // onDown may have closed it
@@ -516,15 +472,19 @@ public final class RedisConnection: ConnectionHandler {
 
     public func connectionReadable(_ connection: Connection, _ bytes: UnsafeMutableRawBufferPointer) -> Int {
         let buffer = UnsafeRawBufferPointer(bytes)
+        /// Redis broke the protocol: drop the connection (it is retried) and the rest of what it sent.
+        func fail(_ why: String) -> Int {
+            closingBecause = RedisError(.protocolError, "\(why) from \(endpoint)")
+            connection.close(.abort)
+            return buffer.count
+        }
         var start = 0
         while connection.isOpen {
             let next: RESPDecoder.Next
             do {
                 next = try decoder.next(in: buffer, from: start)
             } catch {
-                closingBecause = RedisError(.protocolError, "\(error) from \(endpoint)")
-                connection.close(.abort)
-                return buffer.count
+                return fail("\(error)")
             }
             switch next {
             case .incomplete(let keep):
@@ -550,17 +510,11 @@ public final class RedisConnection: ConnectionHandler {
                             reply(.success(value))
                         }
                     case .confirmations(_, let done):
-                        guard let message = value.errorMessage else {
-                            closingBecause = RedisError(.protocolError, "a reply where subscription confirmations were due from \(endpoint)")
-                            connection.close(.abort)
-                            return buffer.count
-                        }
+                        guard let message = value.errorMessage else { return fail("a reply where subscription confirmations were due") }
                         done(RedisError(.server, message))
                     }
                 } else {
-                    closingBecause = RedisError(.protocolError, "a reply nobody asked for from \(endpoint)")
-                    connection.close(.abort)
-                    return buffer.count
+                    return fail("a reply nobody asked for")
                 }
             }
         }
@@ -590,20 +544,7 @@ public final class RedisConnection: ConnectionHandler {
     }
 
     private static func describe(_ reason: CloseReason) -> String {
-        if case .error(let code) = reason { return errnoDescription(code) }
+        if case .error(let code) = reason { return String(cString: strerror(code)) }
         return reason.description
     }
-}
-
-extension RESPValue {
-    /// The message of an error reply.
-    var errorMessage: String? {
-        if case .error(let message) = self { return message }
-        return nil
-    }
-}
-
-/// "ECONNREFUSED (Connection refused)"-style text for an errno.
-func errnoDescription(_ code: Int32) -> String {
-    String(cString: strerror(code))
 }

@@ -1,4 +1,4 @@
-import COpenSSL
+import WSProtocol
 
 /// Numbering, history and fan-out of event streams kept in Redis, for the coming cluster broker (issue 10). Not wired
 /// into the hub yet: this is the Redis side, tested against a real redis-server.
@@ -58,17 +58,34 @@ public struct RedisStreams: Sendable {
         }
     }
 
-    public func shard(of stream: Stream) -> Int {
+    public func shard(of stream: Stream) -> Int { shard(ofID: stream.id) }
+
+    private func shard(ofID id: String) -> Int {
         var hash: UInt32 = 2_166_136_261
-        for b in stream.id.utf8 {
+        for b in id.utf8 {
             hash ^= UInt32(b)
             hash = hash &* 16_777_619
         }
         return Int(hash % UInt32(shards))
     }
 
-    public func metaKey(_ stream: Stream) -> String { "\(prefix):{\(shard(of: stream))}:m:\(stream.id)" }
-    public func historyKey(_ stream: Stream) -> String { "\(prefix):{\(shard(of: stream))}:h:\(stream.id)" }
+    /// A stream's ID, shard and key prefix `P:{N}:`, worked out once per call.
+    private struct Located {
+        let id: String
+        let shard: Int
+        let base: String
+    }
+
+    private func locate(_ stream: Stream) -> Located {
+        let id = stream.id
+        let shard = shard(ofID: id)
+        return Located(id: id, shard: shard, base: "\(prefix):{\(shard)}:")
+    }
+
+    public func metaKey(_ stream: Stream) -> String { metaKey(locate(stream)) }
+    public func historyKey(_ stream: Stream) -> String { historyKey(locate(stream)) }
+    private func metaKey(_ s: Located) -> String { s.base + "m:" + s.id }
+    private func historyKey(_ s: Located) -> String { s.base + "h:" + s.id }
     public func fanoutChannel(shard: Int) -> String { "\(prefix):{\(shard)}:fan" }
     public var fanoutChannels: [String] { (0..<shards).map { fanoutChannel(shard: $0) } }
 
@@ -126,7 +143,9 @@ public struct RedisStreams: Sendable {
         public var duplicate = false
     }
 
-    public func idempotencyKey(_ stream: Stream, _ key: String) -> String { "\(prefix):{\(shard(of: stream))}:i:\(stream.id.utf8.count):\(stream.id):\(key)" }
+    public func idempotencyKey(_ stream: Stream, _ key: String) -> String { idempotencyKey(locate(stream), key) }
+
+    private func idempotencyKey(_ s: Located, _ key: String) -> String { s.base + "i:\(s.id.utf8.count):\(s.id):\(key)" }
 
     /// Numbers `event` in `stream`, keeps it in the history and publishes it on the stream's shard channel.
     /// `candidateEpoch` becomes the stream's epoch if it has none yet (pass a fresh random one).
@@ -135,10 +154,11 @@ public struct RedisStreams: Sendable {
     public func publish(_ event: String, to stream: Stream, candidateEpoch: String, idempotencyKey key: String? = nil,
                         windowMillis: Int = 300_000, on redis: RedisConnection,
                         completion: @escaping (Result<Numbered, RedisError>) -> Void) {
-        var keys = [metaKey(stream), historyKey(stream)]
-        if let key { keys.append(idempotencyKey(stream, key)) }
-        let arguments = [candidateEpoch, String(historySize), String(ttlMillis), fanoutChannel(shard: shard(of: stream)), event,
-                         sharded ? "SPUBLISH" : "PUBLISH", stream.id, String(max(1, windowMillis))]
+        let s = locate(stream)
+        var keys = [metaKey(s), historyKey(s)]
+        if let key { keys.append(idempotencyKey(s, key)) }
+        let arguments = [candidateEpoch, String(historySize), String(ttlMillis), fanoutChannel(shard: s.shard), event,
+                         sharded ? "SPUBLISH" : "PUBLISH", s.id, String(max(1, windowMillis))]
         RedisScript.publish.run(on: redis, keys: keys, arguments: arguments) { result in
             completion(result.flatMap { value in
                 guard let items = value.elements, items.count == 3, let seq = items[0].int, seq > 0, let epoch = items[1].string,
@@ -172,7 +192,8 @@ public struct RedisStreams: Sendable {
     /// Reads the stream's position and up to `limit` entries after `after` (limit 0: the position only).
     public func read(_ stream: Stream, after: UInt64, limit: Int, on redis: RedisConnection,
                      completion: @escaping (Result<Read, RedisError>) -> Void) {
-        RedisScript.read.run(on: redis, keys: [metaKey(stream), historyKey(stream)], arguments: [String(after), String(max(0, limit))]) { result in
+        let s = locate(stream)
+        RedisScript.read.run(on: redis, keys: [metaKey(s), historyKey(s)], arguments: [String(after), String(max(0, limit))]) { result in
             completion(result.flatMap(Self.parseRead))
         }
     }
@@ -236,7 +257,8 @@ struct RedisScript: Sendable {
 
     init(_ source: String) {
         self.source = source
-        sha1 = SHA1Hex.digest(Array(source.utf8))
+        // Redis names a cached script by the lowercase hex SHA-1 of its source.
+        sha1 = SHA1.hash(Array(source.utf8)).map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined()
     }
 
     static let publish = RedisScript(RedisStreams.publishScript)
@@ -252,28 +274,5 @@ struct RedisScript: Sendable {
                 completion(result)
             }
         }
-    }
-}
-
-/// Lowercase hex SHA-1 (Redis names cached scripts by it).
-enum SHA1Hex {
-    static func digest(_ bytes: [UInt8]) -> String {
-        var digest = [UInt8](repeating: 0, count: 20)
-        var length: UInt32 = 0
-        let ok = bytes.withUnsafeBytes { input in
-            digest.withUnsafeMutableBufferPointer { out in
-                EVP_Digest(input.baseAddress, input.count, out.baseAddress, &length, EVP_sha1(), nil)
-            }
-        }
-        // A failure gives a SHA-1 Redis does not know: EVALSHA answers NOSCRIPT and the script runs with EVAL.
-        guard ok == 1, length == 20 else { return String(repeating: "0", count: 40) }
-        let hex = Array("0123456789abcdef".utf8)
-        var text: [UInt8] = []
-        text.reserveCapacity(40)
-        for b in digest {
-            text.append(hex[Int(b >> 4)])
-            text.append(hex[Int(b & 15)])
-        }
-        return String(decoding: text, as: UTF8.self)
     }
 }
