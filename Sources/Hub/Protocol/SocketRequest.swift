@@ -11,6 +11,9 @@ public enum SocketErrorCode: String, Sendable, Hashable {
     case lineTooLong = "LINE_TOO_LONG"
     case notFound = "NOT_FOUND"
     case shuttingDown = "SHUTTING_DOWN"
+    /// Cluster mode: Redis is unreachable, so the event could not be numbered; nothing was published. Retry (with
+    /// the same idempotency key).
+    case brokerUnavailable = "BROKER_UNAVAILABLE"
 }
 
 /// An error reply: `{"ok":false,"error":{"code":...,"message":...},"id":...}`.

@@ -92,11 +92,12 @@ public struct RedisStreams: Sendable {
     // MARK: Scripts
 
     static let publishScript = """
-        if #KEYS == 3 then
-          local prior = redis.call('GET', KEYS[3])
+        if KEYS[4] then
+          local prior = redis.call('GET', KEYS[4])
           if prior then
-            local sep = string.find(prior, ' ', 1, true)
-            return {tonumber(string.sub(prior, 1, sep - 1)), string.sub(prior, sep + 1), 1}
+            local a = string.find(prior, ' ', 1, true)
+            local b = string.find(prior, ' ', a + 1, true)
+            return {tonumber(string.sub(prior, 1, a - 1)), string.sub(prior, a + 1, b - 1), 1, tonumber(string.sub(prior, b + 1))}
           end
         end
         local epoch = redis.call('HGET', KEYS[1], 'epoch')
@@ -113,15 +114,40 @@ public struct RedisStreams: Sendable {
           redis.call('PEXPIRE', KEYS[2], ARGV[3])
         end
         redis.call(ARGV[6], ARGV[4], epoch .. '\\n' .. seq .. '\\n' .. ARGV[7] .. '\\n' .. ARGV[5])
-        if #KEYS == 3 then
-          redis.call('SET', KEYS[3], seq .. ' ' .. epoch, 'PX', ARGV[8])
+        local delivered = 0
+        local present = redis.call('HGETALL', KEYS[3])
+        if #present > 0 then
+          local cutoff = nil
+          if ARGV[9] ~= '' and tonumber(ARGV[10]) > 0 then
+            local t = redis.call('TIME')
+            cutoff = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - tonumber(ARGV[10])
+          end
+          for i = 1, #present, 2 do
+            local live = true
+            if cutoff then
+              local beat = redis.call('ZSCORE', ARGV[9], present[i])
+              if not beat or tonumber(beat) < cutoff then
+                live = false
+                redis.call('HDEL', KEYS[3], present[i])
+              end
+            end
+            if live then delivered = delivered + tonumber(present[i + 1]) end
+          end
         end
-        return {seq, epoch, 0}
+        if KEYS[4] then
+          redis.call('SET', KEYS[4], seq .. ' ' .. epoch .. ' ' .. delivered, 'PX', ARGV[8])
+        end
+        return {seq, epoch, 0, delivered}
         """
 
     static let readScript = """
         local epoch = redis.call('HGET', KEYS[1], 'epoch')
-        if not epoch then return {false, 0, 0, {}} end
+        if not epoch then
+          if ARGV[3] == '' then return {false, 0, 0, {}} end
+          epoch = ARGV[3]
+          redis.call('HSET', KEYS[1], 'epoch', epoch, 'seq', 0)
+          if tonumber(ARGV[4]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[4]) end
+        end
         local seq = tonumber(redis.call('HGET', KEYS[1], 'seq'))
         local oldest = redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', 1)
         local first = 0
@@ -141,6 +167,9 @@ public struct RedisStreams: Sendable {
         public let seq: UInt64
         public let epoch: String
         public var duplicate = false
+        /// The connections subscribed to the stream cluster-wide when it was numbered: the sum of the live nodes'
+        /// counts in the stream's presence hash (for a duplicate, the first publish's).
+        public var delivered = 0
     }
 
     public func idempotencyKey(_ stream: Stream, _ key: String) -> String { idempotencyKey(locate(stream), key) }
@@ -151,22 +180,42 @@ public struct RedisStreams: Sendable {
     /// `candidateEpoch` becomes the stream's epoch if it has none yet (pass a fresh random one).
     /// With `idempotencyKey`, a repeat of the key in this stream within `windowMillis` is answered with the first
     /// publish's seq and epoch (the key lives in Redis, so a retry through another node is recognised too).
+    /// `liveness`: the node registry whose heartbeats decide which nodes' presence counts are live (nil: all are;
+    /// with Redis Cluster the registry lives in another slot, so it cannot be consulted).
     public func publish(_ event: String, to stream: Stream, candidateEpoch: String, idempotencyKey key: String? = nil,
-                        windowMillis: Int = 300_000, on redis: RedisConnection,
+                        windowMillis: Int = 300_000, liveness: RedisNodes? = nil, on redis: RedisConnection,
                         completion: @escaping (Result<Numbered, RedisError>) -> Void) {
         let s = locate(stream)
-        var keys = [metaKey(s), historyKey(s)]
+        var keys = [metaKey(s), historyKey(s), presenceKey(s)]
         if let key { keys.append(idempotencyKey(s, key)) }
         let arguments = [candidateEpoch, String(historySize), String(ttlMillis), fanoutChannel(shard: s.shard), event,
-                         sharded ? "SPUBLISH" : "PUBLISH", s.id, String(max(1, windowMillis))]
+                         sharded ? "SPUBLISH" : "PUBLISH", s.id, String(max(1, windowMillis)),
+                         liveness?.beatsKey ?? "", String(liveness?.staleMillis ?? 0)]
         RedisScript.publish.run(on: redis, keys: keys, arguments: arguments) { result in
             completion(result.flatMap { value in
-                guard let items = value.elements, items.count == 3, let seq = items[0].int, seq > 0, let epoch = items[1].string,
-                      let duplicate = items[2].int else {
+                guard let items = value.elements, items.count == 4, let seq = items[0].int, seq > 0, let epoch = items[1].string,
+                      let duplicate = items[2].int, let delivered = items[3].int else {
                     return .failure(RedisError(.protocolError, "unexpected publish reply \(value)"))
                 }
-                return .success(Numbered(seq: UInt64(seq), epoch: epoch, duplicate: duplicate == 1))
+                return .success(Numbered(seq: UInt64(seq), epoch: epoch, duplicate: duplicate == 1, delivered: Int(clamping: delivered)))
             })
+        }
+    }
+
+    // MARK: Presence
+
+    /// `P:{N}:p:ID`, a hash of node id → how many of that node's connections follow the stream.
+    public func presenceKey(_ stream: Stream) -> String { presenceKey(locate(stream)) }
+    private func presenceKey(_ s: Located) -> String { s.base + "p:" + s.id }
+
+    /// Sets this node's count of connections following `stream` (0 removes the node's field).
+    public func setPresence(_ stream: Stream, node: String, count: Int, on redis: RedisConnection,
+                            completion: @escaping (Result<RESPValue, RedisError>) -> Void = { _ in }) {
+        let key = presenceKey(stream)
+        if count > 0 {
+            redis.send(["HSET", key, node, String(count)], reply: completion)
+        } else {
+            redis.send(["HDEL", key, node], reply: completion)
         }
     }
 
@@ -189,11 +238,14 @@ public struct RedisStreams: Sendable {
         public let event: String
     }
 
-    /// Reads the stream's position and up to `limit` entries after `after` (limit 0: the position only).
-    public func read(_ stream: Stream, after: UInt64, limit: Int, on redis: RedisConnection,
+    /// Reads the stream's position and up to `limit` entries after `after` (limit 0: the position only). With
+    /// `createEpoch`, a stream Redis does not have is created at seq 0 with that epoch (a subscription starts
+    /// following it, so its numbering is fixed from now on).
+    public func read(_ stream: Stream, after: UInt64, limit: Int, createEpoch: String? = nil, on redis: RedisConnection,
                      completion: @escaping (Result<Read, RedisError>) -> Void) {
         let s = locate(stream)
-        RedisScript.read.run(on: redis, keys: [metaKey(s), historyKey(s)], arguments: [String(after), String(max(0, limit))]) { result in
+        let arguments = [String(after), String(max(0, limit)), createEpoch ?? "", String(ttlMillis)]
+        RedisScript.read.run(on: redis, keys: [metaKey(s), historyKey(s)], arguments: arguments) { result in
             completion(result.flatMap(Self.parseRead))
         }
     }

@@ -58,6 +58,9 @@ public final class PublishedEvent: Sendable {
 
 /// What the backend is told about one publish line.
 public struct PublishReply: Sendable, Equatable {
+    /// Set when the event could not be numbered (cluster mode: Redis unreachable). Nothing was published; the
+    /// backend retries, with its idempotency key. `seq`, `delivered` and `duplicate` are then meaningless.
+    public var failure: BrokerFailure? = nil
     public var seq: UInt64
     /// Connections the event was handed to (for a duplicate: the first publish's count).
     public var delivered: Int
@@ -91,13 +94,26 @@ public enum RecoveryFailure: String, Error, Sendable, CaseIterable {
     case tooMany = "too_many"
 }
 
+/// Why a broker could not number, read or publish (cluster mode: Redis is unreachable). The code is what clients
+/// and the backend see (`BROKER_UNAVAILABLE`); they retry.
+public struct BrokerFailure: Error, Sendable, Equatable {
+    public var code: String
+    public var message: String
+
+    public init(code: String = "BROKER_UNAVAILABLE", message: String) {
+        self.code = code
+        self.message = message
+    }
+}
+
 /// A position in a stream to resume after.
 public struct ResumePoint: Sendable, Equatable {
-    public var generation: UInt64
+    /// The stream's own epoch, as the broker gave it out (`StreamPosition.epoch`).
+    public var epoch: String
     public var seq: UInt64
 
-    public init(generation: UInt64, seq: UInt64) {
-        self.generation = generation
+    public init(epoch: String, seq: UInt64) {
+        self.epoch = epoch
         self.seq = seq
     }
 }
@@ -123,7 +139,8 @@ public struct StreamRead: Sendable {
 
 /// A stream's position when it was read, and what the history had after the requested one.
 public struct StreamPosition: Sendable {
-    public var generation: UInt64
+    /// The stream's own epoch: opaque, without a "." (the local broker: its generation; Redis: the stream's epoch).
+    public var epoch: String
     /// The stream's last seq at the moment of the read: every later event reaches the connection live.
     public var seq: UInt64
     /// nil when no resume was asked; else every event after the position (oldest first), or why not.
@@ -149,6 +166,8 @@ public struct BrokerStatistics: Sendable {
     public var forgottenStreams = 0
     public var duplicates = 0
     public var idempotencyKeys = 0
+    /// Cluster mode only: the Redis side.
+    public var cluster: ClusterStatistics? = nil
 }
 
 /// The boundary between publish intake and fan-out, and the read side of numbering and history. Intake (the Unix
@@ -156,10 +175,10 @@ public struct BrokerStatistics: Sendable {
 /// subscriber it serves. `LocalBroker` serves this process's loops; a cluster broker (Redis Streams) would number,
 /// retain and share events between hubs behind the same calls.
 ///
-/// The read side is synchronous: a subscribe registers the connection, reads positions and history, writes the
-/// replay and sets its floor in one go on its loop (see `ClientConnection.subscribe`). A broker backed by a remote
-/// store can keep this shape by mirroring the recent history of the streams it fans out (it receives every event
-/// anyway), or must add a pending state that buffers live events until its read completes.
+/// The read side is synchronous for the local broker: a subscribe registers the connection, reads positions and
+/// history, writes the replay and sets its floor in one go on its loop. A broker backed by a remote store
+/// (`RedisBroker`) answers later: the connection holds the live events of those streams meanwhile and sorts them
+/// against the read when it comes (see `ClientConnection.subscribe`).
 public protocol Broker: Sendable {
     /// Numbers each draft in its stream, frames it once, retains it in the stream's history, fans it out, and then
     /// calls `completion` once (on an arbitrary loop thread) with the new events, their exact delivery counts, and
@@ -173,8 +192,11 @@ public protocol Broker: Sendable {
     var epoch: String { get }
 
     /// Reads the position of each stream and, where asked, the history after a position, atomically with respect
-    /// to numbering: every event numbered after the read reaches the loops' inboxes after it.
-    func attach(_ reads: [StreamRead]) -> [StreamPosition]
+    /// to numbering: every event numbered after the read reaches the loops' inboxes after it, in seq order per
+    /// stream. Returns the positions at once when it can (the local broker); otherwise returns nil and calls
+    /// `completion` later, from any thread, exactly once. Every `follow: true` read is balanced by a `detach`,
+    /// whether the read succeeded or not.
+    func attach(_ reads: [StreamRead], completion: @escaping @Sendable (Result<[StreamPosition], BrokerFailure>) -> Void) -> [StreamPosition]?
 
     /// Connections stopped following these streams (one call per `follow: true` read).
     func detach(_ streams: [StreamKey])
@@ -321,14 +343,19 @@ public final class LocalBroker: Broker {
         }
     }
 
-    public func attach(_ reads: [StreamRead]) -> [StreamPosition] {
+    public func attach(_ reads: [StreamRead], completion: @escaping @Sendable (Result<[StreamPosition], BrokerFailure>) -> Void) -> [StreamPosition]? {
+        attach(reads)
+    }
+
+    func attach(_ reads: [StreamRead]) -> [StreamPosition] {
         let now = monotonicNanos()
         return state.withLock { s in
             reads.map { read in
                 let stream = read.follow ? s.history.follow(read.stream, now: now) : s.history.entry(read.stream, now: now)
-                var position = StreamPosition(generation: stream.generation, seq: stream.lastSeq, replay: nil)
+                let epoch = String(stream.generation)
+                var position = StreamPosition(epoch: epoch, seq: stream.lastSeq, replay: nil)
                 if let resume = read.resume {
-                    if resume.generation != stream.generation {
+                    if resume.epoch != epoch {
                         position.replay = .failure(.epochChanged)
                     } else {
                         switch HistoryStore.read(stream, after: resume.seq, limit: read.limit) {

@@ -52,11 +52,18 @@ final class ClientConnection: ConnectionHandler {
     private struct Floor {
         let channel: Int
         let broadcast: Bool
+        /// `holding`: a subscribe waits for the broker's answer; its streams' events are held, not written.
         let seq: UInt64
         let token: Int
+        static let holding = UInt64.max
     }
     private var floors: [Floor] = []
     private var floorToken = 0
+    /// A subscribe waits for the broker's answer: reading from the client is paused.
+    private var attaching = false
+    /// Live events of the streams a waiting subscribe adds, held until the answer (bounded by the outbound cap).
+    private var held: [PublishedEvent] = []
+    private var heldBytes = 0
 
     // Counters for admin views.
     var messagesIn = 0
@@ -96,8 +103,7 @@ final class ClientConnection: ConnectionHandler {
         case .http:
             return readHTTP(bytes)
         case .webSocket, .closing:
-            readFrames(bytes)
-            return bytes.count
+            return readFrames(bytes)
         case .done:
             return bytes.count
         }
@@ -138,7 +144,7 @@ final class ClientConnection: ConnectionHandler {
             route(head)
             if phase == .webSocket && consumed < bytes.count {
                 // Frames the client sent right behind its request.
-                readFrames(UnsafeMutableRawBufferPointer(rebasing: bytes[consumed...]))
+                return consumed + readFrames(UnsafeMutableRawBufferPointer(rebasing: bytes[consumed...]))
             }
             return bytes.count
         }
@@ -161,8 +167,8 @@ final class ClientConnection: ConnectionHandler {
             let loop = context.loop
             let me = LoopBound(self)
             let headOnly = head.method == "HEAD"
-            hub.gatherHealthJSON { text in
-                loop.execute { me.value?.respondHTTP(HTTPResponse.json(status: 200, body: text), headOnly: headOnly) }
+            hub.gatherHealthJSON { status, text in
+                loop.execute { me.value?.respondHTTP(HTTPResponse.json(status: status, body: text), headOnly: headOnly) }
             }
         case "/metrics":
             guard head.method == "GET" || head.method == "HEAD" else { return respondHTTP(Self.methodNotAllowed()) }
@@ -311,16 +317,21 @@ final class ClientConnection: ConnectionHandler {
 
     // MARK: WebSocket phase
 
-    private func readFrames(_ bytes: UnsafeMutableRawBufferPointer) {
+    /// Returns the bytes consumed: all of them, unless a subscribe now waits for the broker (the rest is read when
+    /// it is answered).
+    private func readFrames(_ bytes: UnsafeMutableRawBufferPointer) -> Int {
         do {
-            _ = try reader.read(bytes) { [self] message in
+            let consumed = try reader.read(bytes) { [self] message in
                 handle(message)
+                if attaching && phase == .webSocket { return .stop }
                 // Nothing after the peer's close frame is read (RFC 6455 5.5.1): stop there.
                 return !peerClosed && (phase == .webSocket || phase == .closing) ? .continue : .stop
             }
+            return attaching && phase == .webSocket ? consumed : bytes.count
         } catch {
             context.counters.protocolErrors += 1
             fail(error.closeCode, reason: error.description)
+            return bytes.count
         }
     }
 
@@ -421,10 +432,14 @@ final class ClientConnection: ConnectionHandler {
     }
 
     /// Subscribes, reads every stream's position (and the history after `since`), writes the replays, then the
-    /// `subscribed` reply. No gap and no duplicate between replay and live: the read happens under the broker's
-    /// numbering lock, so an event is either numbered before it (in the replay, or not wanted, and possibly still in
-    /// this loop's inbox: the floor skips it) or after it (delivered live, after the reply, since inbox jobs run
-    /// after this handler returns).
+    /// `subscribed` reply. No gap and no duplicate between replay and live events:
+    /// - Local broker: the read happens under its numbering lock, so an event is either numbered before it (in the
+    ///   replay, or not wanted, and possibly still in this loop's inbox: the floor skips it) or after it (delivered
+    ///   live, after the reply, since inbox jobs run after this handler returns).
+    /// - A broker that answers later (Redis): the connection is in the registry before the read is sent, so every
+    ///   event numbered after the read reaches it; until the answer comes, the events of the new streams are held
+    ///   (not written) and reading from the client pauses, so its later requests wait their turn. With the answer,
+    ///   held events at or below the read's positions are dropped and the rest go out after the reply.
     private func subscribe(_ names: [String], since: [SincePosition], id: RawJSON?) {
         guard let indices = resolve(names, id: id) else { return }
         let added = indices.filter { !channels.contains($0) }
@@ -438,36 +453,98 @@ final class ClientConnection: ConnectionHandler {
         }
         let hubEpoch = hub.broker.epoch
         var reads: [StreamRead] = []
-        var resumes: [SincePosition?] = []
-        var knownEpoch: [Bool] = []
+        var request = PendingSubscribe(names: names, indices: indices, added: added, id: id)
         for (n, index) in indices.enumerated() {
             let follow = added.contains(index)
             let position = since.last { $0.channel == names[n] }
-            let generations = position.flatMap { Resume.generations(of: $0.epoch, hubEpoch: hubEpoch) }
-            resumes.append(position)
-            knownEpoch.append(generations != nil)
+            let epochs = position.flatMap { Resume.streamEpochs(of: $0.epoch, hubEpoch: hubEpoch) }
+            request.resumes.append(position)
+            request.knownEpoch.append(epochs != nil)
             let max = configuration.recoveryMax
             reads.append(StreamRead(stream: StreamKey(channel: index, account: account), follow: follow,
-                                    resume: generations.map { ResumePoint(generation: $0.account, seq: position?.seq ?? 0) }, limit: max))
+                                    resume: epochs.map { ResumePoint(epoch: $0.account, seq: position?.seq ?? 0) }, limit: max))
             reads.append(StreamRead(stream: StreamKey(channel: index, account: nil), follow: follow,
-                                    resume: generations.map { ResumePoint(generation: $0.broadcast, seq: position?.broadcastSeq ?? 0) }, limit: max))
+                                    resume: epochs.map { ResumePoint(epoch: $0.broadcast, seq: position?.broadcastSeq ?? 0) }, limit: max))
         }
         for index in added {
             context.registry.subscribe(self, account: account, channel: index)
             channels.append(index)
         }
-        let read = hub.broker.attach(reads)
         floorToken += 1
+        request.token = floorToken
+        let me = LoopBound(self)
+        let loop = context.loop
+        let pending = LoopOwned(request)
+        if let positions = hub.broker.attach(reads, completion: { result in
+            loop.execute { me.value?.attached(pending.value, result) }
+        }) {
+            return finishSubscribe(request, positions)
+        }
+        // The answer comes later: hold the new streams' live events, and read nothing more from the client meanwhile.
+        for index in indices {
+            floors.append(Floor(channel: index, broadcast: false, seq: Floor.holding, token: request.token))
+            floors.append(Floor(channel: index, broadcast: true, seq: Floor.holding, token: request.token))
+        }
+        attaching = true
+        connection?.pauseReading()
+    }
+
+    /// What a subscribe waiting for the broker's answer needs to finish.
+    private struct PendingSubscribe {
+        let names: [String]
+        let indices: [Int]
+        let added: [Int]
+        let id: RawJSON?
+        var resumes: [SincePosition?] = []
+        var knownEpoch: [Bool] = []
+        var token = 0
+    }
+
+    /// The broker's later answer to a subscribe (on this loop).
+    private func attached(_ request: PendingSubscribe, _ result: Result<[StreamPosition], BrokerFailure>) {
+        // A connection that closed meanwhile has already left its streams (`unsubscribeAll`).
+        guard attaching, phase == .webSocket else { return }
+        attaching = false
+        let held = self.held
+        self.held = []
+        heldBytes = 0
+        floors.removeAll { $0.token == request.token }
+        switch result {
+        case .success(let positions):
+            finishSubscribe(request, positions)
+            // What arrived meanwhile, in arrival order (seq order per stream), minus what the read already covered.
+            for event in held where !isAtOrBelowFloor(event) {
+                guard deliver(frame: event.frame) else { break }
+            }
+        case .failure(let failure):
+            // Nothing of this subscribe takes effect.
+            var left: [StreamKey] = []
+            for index in request.added {
+                context.registry.unsubscribe(self, account: account, channel: index)
+                channels.removeAll { $0 == index }
+                left.append(StreamKey(channel: index, account: account))
+                left.append(StreamKey(channel: index, account: nil))
+            }
+            hub.broker.detach(left)
+            reply { w in ClientReplies.error(code: failure.code, message: failure.message, details: nil, id: request.id, into: &w) }
+        }
+        connection?.resumeReading()
+    }
+
+    /// Writes the replays and the `subscribed` reply for positions just read, and sets the floors.
+    private func finishSubscribe(_ request: PendingSubscribe, _ read: [StreamPosition]) {
+        guard read.count == 2 * request.indices.count else { return fail(.internalError, reason: "broker answered a different read") }
+        let hubEpoch = hub.broker.epoch
         var positions: [ClientReplies.ChannelPosition] = []
         // A replay may fill at most half the outbound cap, so the live events behind it still fit.
-        var budget = max(0, configuration.maxQueuedBytes / 2 - (connection?.queuedBytes ?? 0))
-        for (n, index) in indices.enumerated() {
+        var budget = max(0, hub.configuration.maxQueuedBytes / 2 - (connection?.queuedBytes ?? 0))
+        for (n, index) in request.indices.enumerated() {
             let (a, b) = (read[2 * n], read[2 * n + 1])
             var position = ClientReplies.ChannelPosition(
-                channel: names[n], epoch: Resume.channelEpoch(hubEpoch: hubEpoch, account: a.generation, broadcast: b.generation),
+                channel: request.names[n], epoch: Resume.channelEpoch(hubEpoch: hubEpoch, account: a.epoch, broadcast: b.epoch),
                 seq: a.seq, broadcastSeq: b.seq)
-            if resumes[n] != nil {
-                var outcome = knownEpoch[n] ? Resume.combine(a.replay, b.replay) : .failure(.epochChanged)
+            if request.resumes[n] != nil {
+                var outcome = request.knownEpoch[n] ? Resume.combine(a.replay, b.replay) : .failure(.epochChanged)
                 if case .success(let events) = outcome {
                     let bytes = events.reduce(0) { $0 + $1.frame.count }
                     if bytes > budget { outcome = .failure(.tooMany) } else { budget -= bytes }
@@ -483,15 +560,16 @@ final class ClientConnection: ConnectionHandler {
                     context.counters.recoveries[RecoveryOutcome.index(of: failure)] += 1
                 }
             }
-            floors.append(Floor(channel: index, broadcast: false, seq: a.seq, token: floorToken))
-            floors.append(Floor(channel: index, broadcast: true, seq: b.seq, token: floorToken))
+            floors.append(Floor(channel: index, broadcast: false, seq: a.seq, token: request.token))
+            floors.append(Floor(channel: index, broadcast: true, seq: b.seq, token: request.token))
             positions.append(position)
         }
-        reply { w in ClientReplies.subscribed(channels: names, positions: positions, id: id, into: &w) }
+        reply { w in ClientReplies.subscribed(channels: request.names, positions: positions, id: request.id, into: &w) }
         // Runs after every delivery job that was in this loop's inbox when the positions were read (the inbox is
-        // FIFO): from then on, every event for these streams is above its floor.
+        // FIFO): from then on, every event for these streams is above its floor. (For a broker that answered later,
+        // a floor also goes as soon as an event above it passes: see `deliver`.)
         let me = LoopBound(self)
-        let token = floorToken
+        let token = request.token
         context.loop.execute { me.value?.dropFloors(upTo: token) }
     }
 
@@ -563,13 +641,44 @@ final class ClientConnection: ConnectionHandler {
     /// an event the connection already has (at or below its floor for that stream).
     @inline(__always)
     func deliver(_ event: PublishedEvent) -> Bool {
-        if !floors.isEmpty && isAtOrBelowFloor(event) { return false }
+        if !floors.isEmpty {
+            switch floorCheck(event) {
+            case .skip: return false
+            case .hold: return hold(event)
+            case .pass: break
+            }
+        }
         return deliver(frame: event.frame)
+    }
+
+    private enum FloorDecision { case pass, skip, hold }
+
+    /// Where a live event stands against this connection's floors. An event above a floor also retires that floor:
+    /// each stream reaches a loop in seq order, so nothing at or below it can follow.
+    private func floorCheck(_ event: PublishedEvent) -> FloorDecision {
+        let broadcast = event.account == nil
+        guard let i = floors.firstIndex(where: { $0.channel == event.channel && $0.broadcast == broadcast }) else { return .pass }
+        let floor = floors[i]
+        if floor.seq == Floor.holding { return .hold }
+        if event.seq <= floor.seq { return .skip }
+        floors.remove(at: i)
+        return .pass
     }
 
     private func isAtOrBelowFloor(_ event: PublishedEvent) -> Bool {
         let broadcast = event.account == nil
         return floors.contains { $0.channel == event.channel && $0.broadcast == broadcast && event.seq <= $0.seq }
+    }
+
+    /// Keeps a live event until the waiting subscribe's answer; past the outbound cap the client is too slow.
+    private func hold(_ event: PublishedEvent) -> Bool {
+        heldBytes += event.frame.count
+        if heldBytes > hub.configuration.maxQueuedBytes {
+            slowConsumer()
+            return false
+        }
+        held.append(event)
+        return true
     }
 
     private func deliver(frame: SharedBytes) -> Bool {
@@ -647,6 +756,11 @@ final class ClientConnection: ConnectionHandler {
     }
 
     private func unsubscribeAll() {
+        if attaching {
+            // The broker's answer is no longer wanted; the peer's close reply must be readable.
+            attaching = false
+            connection?.resumeReading()
+        }
         guard !channels.isEmpty else { return }
         var left: [StreamKey] = []
         for channel in channels {
@@ -656,6 +770,8 @@ final class ClientConnection: ConnectionHandler {
         }
         channels.removeAll()
         floors.removeAll()
+        held = []
+        heldBytes = 0
         hub.broker.detach(left)
     }
 

@@ -37,6 +37,9 @@ public struct HubConfiguration: Sendable, Equatable {
     public var recoveryMax = 100
     public var idempotencyWindowSeconds = 300
     public var idempotencyMaxKeys = 100_000
+    /// Cluster mode: the Redis every node shares (`redis://[user:password@]host:port[/db]` or `unix:///path`).
+    /// nil: the embedded single-process broker.
+    public var broker: RedisEndpoint? = nil
 
     public init() {}
 
@@ -117,6 +120,8 @@ public struct HubConfiguration: Sendable, Equatable {
               defaultText: { "\($0.recoveryMax)" }, apply: { c, v throws(ConfigurationError) in c.recoveryMax = try parseInt(v, "recovery-max", 0...1_000_000) }),
         .init(name: "idempotency-window", kind: .value(placeholder: "DURATION"), help: "how long a publish's idempotencyKey is remembered (0: off)",
               defaultText: { "\($0.idempotencyWindowSeconds / 60)m" }, apply: { c, v throws(ConfigurationError) in c.idempotencyWindowSeconds = try parseDuration(v, "idempotency-window", allowZero: true) }),
+        .init(name: "broker", kind: .value(placeholder: "URL"), help: "cluster mode: share numbering, history and fan-out with other hubs through Redis (redis://[:PASSWORD@]HOST:PORT[/DB] or unix:///PATH; \"local\": the embedded broker)",
+              defaultText: { _ in "local (one process, no Redis)" }, apply: { c, v throws(ConfigurationError) in c.broker = try parseBroker(v) }),
         .init(name: "idempotency-max-keys", kind: .value(placeholder: "N"), help: "idempotency keys remembered at most (oldest forgotten first)",
               defaultText: { "\($0.idempotencyMaxKeys)" }, apply: { c, v throws(ConfigurationError) in c.idempotencyMaxKeys = try parseInt(v, "idempotency-max-keys", 0...10_000_000) }),
     ]
@@ -214,6 +219,15 @@ public struct HubConfiguration: Sendable, Equatable {
     }
 
     // MARK: value parsers
+
+    static func parseBroker(_ value: String) throws(ConfigurationError) -> RedisEndpoint? {
+        if value == "local" { return nil }
+        do {
+            return try RedisEndpoint(parsing: value)
+        } catch {
+            throw ConfigurationError(message: "broker: \(error.message) (expected redis://HOST:PORT[/DB], unix:///PATH or local)")
+        }
+    }
 
     static func nonEmpty(_ value: String, _ what: String) throws(ConfigurationError) -> String {
         guard !value.isEmpty else { throw ConfigurationError(message: "\(what) must not be empty") }

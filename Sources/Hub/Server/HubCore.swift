@@ -13,8 +13,10 @@ final class HubCore: Sendable {
     let authDescription: String
     let contexts: [LoopContext]
     let broker: any Broker
-    /// The same broker, for what only the local one does (its state file).
-    let localBroker: LocalBroker
+    /// The same broker, for what only the local one does (its state file); nil in cluster mode.
+    let localBroker: LocalBroker?
+    /// The same broker in cluster mode.
+    let redisBroker: RedisBroker?
     let maxConnections: Int
     let descriptorLimit: Int
     private let listenAddressProvider: @Sendable () -> String
@@ -31,16 +33,24 @@ final class HubCore: Sendable {
 
     init(configuration: HubConfiguration, verifier: JWTVerifier, authDescription: String, contexts: [LoopContext],
          maxConnections: Int, descriptorLimit: Int, listenAddress: @escaping @Sendable () -> String, log: @escaping @Sendable (String) -> Void,
-         restoring saved: SavedBrokerState? = nil) {
+         restoring saved: SavedBrokerState? = nil, redisBroker: RedisBroker? = nil) {
         self.configuration = configuration
         channelNames = configuration.channels
         channelIndex = ChannelIndex(configuration.channels)
         self.verifier = verifier
         self.authDescription = authDescription
         self.contexts = contexts
-        localBroker = LocalBroker(channelNames: configuration.channels, shards: contexts.map { LoopShard(context: $0) },
-                                  options: configuration.brokerOptions, restoring: saved)
-        broker = localBroker
+        if let redisBroker {
+            self.redisBroker = redisBroker
+            localBroker = nil
+            broker = redisBroker
+        } else {
+            let local = LocalBroker(channelNames: configuration.channels, shards: contexts.map { LoopShard(context: $0) },
+                                    options: configuration.brokerOptions, restoring: saved)
+            self.redisBroker = nil
+            localBroker = local
+            broker = local
+        }
         self.maxConnections = maxConnections
         self.descriptorLimit = descriptorLimit
         listenAddressProvider = listenAddress
@@ -103,6 +113,10 @@ final class HubCore: Sendable {
     /// After a successful start: says which epoch the hub numbers in, and removes the state file it resumed from
     /// (from here on only a graceful stop writes one, so a crash or kill -9 means a new epoch next time).
     func logRecoveryStart(restored saved: SavedBrokerState?) {
+        guard localBroker != nil else {
+            log("recovery: numbering and history live in Redis (cluster mode); no state file is used")
+            return
+        }
         let stats = broker.statistics()
         if let saved {
             StateFile.remove(directory: configuration.stateDirectory)
@@ -117,6 +131,10 @@ final class HubCore: Sendable {
     /// At the end of a graceful stop, once the loops have stopped: writes the epoch, every stream's numbering, the
     /// history and the idempotency keys to the state directory for the next start.
     func saveState() {
+        guard let localBroker else {
+            redisBroker?.shutdown()
+            return
+        }
         let saved = localBroker.exportState()
         let bytes = StateFile.encode(saved)
         do throws(StateFile.Invalid) {
@@ -207,6 +225,18 @@ final class HubCore: Sendable {
             w.endObject()
             w.field("replayedEvents", total.counters.replayedEvents)
             w.endObject()
+            if let cluster = history.cluster {
+                w.key("cluster"); w.beginObject()
+                w.field("node", cluster.nodeID)
+                w.field("connected", cluster.connected); w.field("subscribed", cluster.subscribed)
+                if let error = cluster.lastError { w.field("lastError", error) }
+                w.field("published", cluster.published); w.field("publishFailures", cluster.publishFailures)
+                w.field("received", cluster.received); w.field("ignored", cluster.ignored)
+                w.field("gaps", cluster.gaps); w.field("filledEvents", cluster.filledEvents); w.field("unfillable", cluster.unfillable)
+                w.field("epochChanges", cluster.epochChanges); w.field("reconnects", cluster.reconnects)
+                w.field("followedStreams", cluster.followedStreams)
+                w.endObject()
+            }
             w.endObject()
             SocketReplies.finishOK(id: id, into: &w)
             done(w.takeBytes())
@@ -358,18 +388,34 @@ final class HubCore: Sendable {
     // MARK: HTTP endpoints
 
     /// `/healthz`: `connections` counts open WebSocket connections (as `stats` and `hub_connections` do), not
-    /// every TCP connection: the probe's own connection and other handshakes are not connections yet.
-    func gatherHealthJSON(_ done: @escaping @Sendable (String) -> Void) {
-        gather({ $0.counters.upgraded }) { [self] counts in done(healthJSON(connections: counts.reduce(0, +))) }
+    /// every TCP connection: the probe's own connection and other handshakes are not connections yet. In cluster
+    /// mode, a node that cannot reach Redis answers 503 `degraded` (a load balancer sends new clients elsewhere; its
+    /// connected clients stay).
+    func gatherHealthJSON(_ done: @escaping @Sendable (Int, String) -> Void) {
+        gather({ $0.counters.upgraded }) { [self] counts in
+            let cluster = redisBroker?.cluster
+            let degraded = cluster.map { !$0.healthy } ?? false
+            done(degraded ? 503 : 200, healthJSON(connections: counts.reduce(0, +), cluster: cluster))
+        }
     }
 
-    func healthJSON(connections: Int) -> String {
+    func healthJSON(connections: Int, cluster: ClusterStatistics? = nil) -> String {
         var w = JSONWriter(capacity: 256)
         w.beginObject()
-        w.field("status", isShuttingDown ? "shutting_down" : "ok")
+        let degraded = cluster.map { !$0.healthy } ?? false
+        w.field("status", isShuttingDown ? "shutting_down" : degraded ? "degraded" : "ok")
         w.field("version", HubVersion.string)
         w.field("uptimeSeconds", wallClockSeconds() - startedAt)
         w.field("connections", connections)
+        if let cluster {
+            w.key("broker"); w.beginObject()
+            w.field("kind", "redis")
+            w.field("node", cluster.nodeID)
+            w.field("connected", cluster.connected)
+            w.field("subscribed", cluster.subscribed)
+            if let error = cluster.lastError { w.field("lastError", error) }
+            w.endObject()
+        }
         w.endObject()
         return String(decoding: w.bytes, as: UTF8.self)
     }
@@ -524,6 +570,15 @@ struct ConnectionInfo: Sendable {
 }
 
 extension HubConfiguration {
+    /// The cluster broker's options: the same history and idempotency settings, kept in Redis.
+    func redisBrokerOptions(_ endpoint: RedisEndpoint) -> RedisBrokerOptions {
+        var o = RedisBrokerOptions(endpoint: endpoint)
+        o.historySize = historySize
+        o.historyTTLMillis = historyTTLSeconds * 1000
+        o.idempotencyWindowMillis = idempotencyWindowSeconds * 1000
+        return o
+    }
+
     /// The local broker's history and idempotency options.
     var brokerOptions: LocalBrokerOptions {
         LocalBrokerOptions(history: HistoryLimits(size: historySize, ttlNanos: UInt64(historyTTLSeconds) * 1_000_000_000,

@@ -36,11 +36,22 @@ public final class HubServer: Sendable {
         let contexts = group.loops.map { LoopContext(loop: $0, channelCount: configuration.channels.count) }
         contexts[0].ledger = PublishLedger(channelNames: configuration.channels)
 
-        let saved = StateFile.load(directory: configuration.stateDirectory, log: log)
+        var redisBroker: RedisBroker? = nil
+        if let endpoint = configuration.broker {
+            do {
+                redisBroker = try RedisBroker(channelNames: configuration.channels, shards: contexts.map { LoopShard(context: $0) },
+                                              options: configuration.redisBrokerOptions(endpoint), log: log)
+            } catch {
+                group.shutdown()
+                throw StartError("cannot start the cluster broker: \(error)")
+            }
+        }
+        // In cluster mode numbering and history live in Redis: no state file.
+        let saved = redisBroker == nil ? StateFile.load(directory: configuration.stateDirectory, log: log) : nil
         let listenText = Mutex("")
         let core = HubCore(configuration: configuration, verifier: verifier, authDescription: authDescription, contexts: contexts,
                            maxConnections: maxConnections, descriptorLimit: limits.soft,
-                           listenAddress: { listenText.withLock { $0 } }, log: log, restoring: saved)
+                           listenAddress: { listenText.withLock { $0 } }, log: log, restoring: saved, redisBroker: redisBroker)
         for context in contexts {
             context.hub = core
             context.loop.execute { context.startHousekeeping() }

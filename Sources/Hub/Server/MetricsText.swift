@@ -48,6 +48,21 @@ enum MetricsText {
         metric("hub_history_evictions_total", "counter", "Events evicted from history to stay under --history-memory (oldest first).", one(broker.evictions))
         metric("hub_history_expirations_total", "counter", "Events dropped from history after --history-ttl.", one(broker.expirations))
         metric("hub_idempotent_duplicates_total", "counter", "Publishes not delivered again because their idempotencyKey was seen.", one(broker.duplicates))
+        if let cluster = broker.cluster {
+            metric("hub_broker_up", "gauge", "Cluster mode: 1 while both Redis connections (commands, fan-out) are up.", one(cluster.healthy ? 1 : 0))
+            metric("hub_broker_publishes_total", "counter", "Cluster mode: events numbered in Redis through this node.", one(cluster.published))
+            metric("hub_broker_publish_failures_total", "counter", "Cluster mode: publishes refused with BROKER_UNAVAILABLE.", one(cluster.publishFailures))
+            metric("hub_broker_publish_round_trip_seconds_sum", "counter", "Cluster mode: summed time from a publish batch's scripts sent to their last reply.",
+                   [("", String(Double(cluster.publishNanos) / 1e9))])
+            metric("hub_broker_publish_round_trip_seconds_count", "counter", "Cluster mode: publish batches sent to Redis.", one(cluster.publishRoundTrips))
+            metric("hub_broker_publish_round_trip_max_seconds", "gauge", "Cluster mode: the longest publish batch round trip.",
+                   [("", String(Double(cluster.publishMaxNanos) / 1e9))])
+            metric("hub_broker_messages_total", "counter", "Cluster mode: fan-out messages received from Redis.", one(cluster.received))
+            metric("hub_broker_gaps_total", "counter", "Cluster mode: gaps in a stream's numbering seen by this node (filled from history).", one(cluster.gaps))
+            metric("hub_broker_filled_events_total", "counter", "Cluster mode: events read from history to fill gaps.", one(cluster.filledEvents))
+            metric("hub_broker_unfillable_events_total", "counter", "Cluster mode: events a gap fill found trimmed from history.", one(cluster.unfillable))
+            metric("hub_broker_reconnects_total", "counter", "Cluster mode: Redis connections lost and re-established.", one(cluster.reconnects))
+        }
         metric("hub_open_fds", "gauge", "Open file descriptors.", one(openDescriptors))
         metric("hub_max_fds", "gauge", "The open-file limit.", one(descriptorLimit))
 

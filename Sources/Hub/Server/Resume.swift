@@ -1,18 +1,19 @@
 /// How a `subscribe` turns a channel's two streams (the account's and the channel's broadcasts) into one position
 /// for the app, and a resume into one all-or-nothing answer. Pure functions: `ClientConnection.subscribe` does the I/O.
 enum Resume {
-    /// The channel's epoch as the app sees it: `<hub epoch>.<account stream generation>.<broadcast stream generation>`.
+    /// The channel's epoch as the app sees it: `<hub epoch>.<account stream epoch>.<broadcast stream epoch>` (the
+    /// local broker's stream epochs are generation numbers; the Redis broker's are the streams' epochs in Redis).
     /// Opaque to the app; it changes when either stream's numbering may have restarted.
-    static func channelEpoch(hubEpoch: String, account: UInt64, broadcast: UInt64) -> String {
+    static func channelEpoch(hubEpoch: String, account: String, broadcast: String) -> String {
         "\(hubEpoch).\(account).\(broadcast)"
     }
 
-    /// The two generations an epoch stands for, if it is one of this hub's epochs (another hub epoch, or text that
-    /// is not an epoch at all, is nil: the numbering the app knew is gone).
-    static func generations(of epoch: String, hubEpoch: String) -> (account: UInt64, broadcast: UInt64)? {
+    /// The two stream epochs a channel epoch stands for, if it is one of this hub's epochs (another hub epoch, or
+    /// text that is not an epoch at all, is nil: the numbering the app knew is gone).
+    static func streamEpochs(of epoch: String, hubEpoch: String) -> (account: String, broadcast: String)? {
         let parts = epoch.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3, parts[0] == hubEpoch, let a = UInt64(parts[1]), let b = UInt64(parts[2]) else { return nil }
-        return (a, b)
+        guard parts.count == 3, parts[0] == hubEpoch, !parts[1].isEmpty, !parts[2].isEmpty else { return nil }
+        return (String(parts[1]), String(parts[2]))
     }
 
     /// One answer for both streams: replay both or neither. The most fundamental failure wins (a restarted numbering,

@@ -223,7 +223,12 @@ final class SocketConnection: ConnectionHandler {
                 var w = JSONWriter(capacity: 48)
                 for (entry, reply) in zip(waiting.value, outcome.replies) {
                     w.reset()
-                    SocketReplies.published(seq: reply.seq, delivered: reply.delivered, duplicate: reply.duplicate, id: entry.id, into: &w)
+                    if let failure = reply.failure {
+                        SocketReplies.error(code: SocketErrorCode(rawValue: failure.code) ?? .brokerUnavailable, message: failure.message,
+                                            id: entry.id, into: &w)
+                    } else {
+                        SocketReplies.published(seq: reply.seq, delivered: reply.delivered, duplicate: reply.duplicate, id: entry.id, into: &w)
+                    }
                     me.fill(entry.slot, w.takeBytes())
                 }
                 me.flushReplies()

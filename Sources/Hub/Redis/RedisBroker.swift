@@ -1,0 +1,564 @@
+import Dispatch
+import Synchronization
+import WSProtocol
+
+/// Options of the cluster broker (`--broker redis://…`).
+public struct RedisBrokerOptions: Sendable {
+    public var endpoint: RedisEndpoint
+    public var prefix = "hub"
+    public var shards = 16
+    public var historySize = 100
+    /// Milliseconds a stream's keys live after its last publish (0: forever).
+    public var historyTTLMillis = 600_000
+    public var idempotencyWindowMillis = 300_000
+    /// Redis 7 sharded pub/sub (`SSUBSCRIBE`/`SPUBLISH`), for Redis Cluster.
+    public var sharded = false
+    public var heartbeatMillis = 1_000
+    public var staleMillis = 5_000
+
+    public init(endpoint: RedisEndpoint) {
+        self.endpoint = endpoint
+    }
+}
+
+/// Counters of the cluster broker (loop thread writes, any thread reads).
+public struct ClusterStatistics: Sendable {
+    public var nodeID = ""
+    /// The command connection is up (HELLO done).
+    public var connected = false
+    /// The subscriber connection is up and subscribed to every shard channel.
+    public var subscribed = false
+    public var lastError: String? = nil
+    public var published = 0
+    public var publishFailures = 0
+    /// Fan-out messages received from Redis, and those for streams no connection of this node follows.
+    public var received = 0
+    public var ignored = 0
+    /// Messages at or below what the node already delivered (a gap fill overlapping live messages).
+    public var duplicates = 0
+    /// Gaps seen in a stream's numbering, filled from the stream history, and events replayed by those fills.
+    public var gaps = 0
+    public var filledEvents = 0
+    /// Events a gap fill could not find any more (trimmed from the history): lost to this node's clients.
+    public var unfillable = 0
+    /// Streams whose epoch changed while followed (their keys expired or Redis lost them).
+    public var epochChanges = 0
+    public var reconnects = 0
+    /// Round trips of publish scripts: count and summed nanoseconds, and the largest.
+    public var publishRoundTrips = 0
+    public var publishNanos: UInt64 = 0
+    public var publishMaxNanos: UInt64 = 0
+    public var followedStreams = 0
+
+    /// Both connections are up: publishes and subscribes work, and events arrive.
+    public var healthy: Bool { connected && subscribed }
+}
+
+/// The cluster broker: numbering, history and fan-out through Redis (see `RedisStreams` for the keys and scripts),
+/// behind the same `Broker` calls as `LocalBroker`.
+///
+/// It runs on its own event loop with two Redis connections: one for commands (publish scripts, reads, presence,
+/// heartbeats) and one subscribed to every shard's fan-out channel. Every node receives every event and delivers it
+/// only to the connections it has for that stream (the loops' registries decide, as for local events).
+///
+/// Per stream a connection of this node follows, the node remembers the epoch and the last seq it delivered. A
+/// message at or below it is a duplicate; one beyond the next seq means messages were missed (around a reconnect),
+/// and the gap is read from the stream history before delivery goes on, so the loops see each stream contiguous and
+/// in order. After a reconnect, every followed stream is read from its last seq.
+public final class RedisBroker: Broker, @unchecked Sendable {
+    /// All channel epochs of the cluster start with this (the streams' own epochs follow it).
+    public let epoch = "r"
+    let channelNames: [String]
+    private let channelIndex: [String: Int]
+    private let shards: [any FanoutShard]
+    private let options: RedisBrokerOptions
+    private let streams: RedisStreams
+    private let nodes: RedisNodes
+    public let nodeID: String
+    let loop: EventLoop
+    private let log: @Sendable (String) -> Void
+    private let stats: Mutex<ClusterStatistics>
+    /// Extra node information for the registry (listen address, connections), refreshed by the hub.
+    private let nodeInfo = Mutex<String>("{}")
+
+    // Loop thread only.
+    private var commands: RedisConnection? = nil
+    private var subscriber: RedisConnection? = nil
+    private var followed: [String: Follow] = [:]
+    private var outgoing: [PublishedEvent] = []
+    private var flushScheduled = false
+    private var heartbeatTimer = TimerHandle.none
+    private var writer = JSONWriter(capacity: 4096)
+    private var wasReady = false
+
+    /// What the node knows of a stream some of its connections follow.
+    private final class Follow {
+        let key: StreamKey
+        let stream: RedisStreams.Stream
+        var followers = 0
+        var epoch: String? = nil
+        /// The last seq delivered to the loops (nil: not known yet; the first read or message sets it).
+        var lastSeq: UInt64? = nil
+        /// A gap fill is in flight: messages wait in `parked`.
+        var filling = false
+        var parked: [RedisStreams.Message] = []
+
+        init(key: StreamKey, stream: RedisStreams.Stream) {
+            self.key = key
+            self.stream = stream
+        }
+    }
+
+    public init(channelNames: [String], shards: [any FanoutShard], options: RedisBrokerOptions,
+                log: @escaping @Sendable (String) -> Void) throws(SyscallError) {
+        self.channelNames = channelNames
+        var index: [String: Int] = [:]
+        for (i, name) in channelNames.enumerated() { index[name] = i }
+        channelIndex = index
+        self.shards = shards
+        self.options = options
+        streams = RedisStreams(prefix: options.prefix, shards: options.shards, historySize: options.historySize,
+                               ttlMillis: options.historyTTLMillis, sharded: options.sharded)
+        nodes = RedisNodes(prefix: options.prefix, staleMillis: options.staleMillis)
+        nodeID = Self.randomToken(bytes: 6)
+        self.log = log
+        var s = ClusterStatistics()
+        s.nodeID = nodeID
+        stats = Mutex(s)
+        loop = try EventLoop(index: 1000)
+        loop.execute { [unowned self] in self.start() }
+    }
+
+    static func randomToken(bytes: Int) -> String {
+        var rng = SystemRandomNumberGenerator()
+        return Base64URL.encode((0..<bytes).map { _ in UInt8.random(in: 0...255, using: &rng) })
+    }
+
+    // MARK: Lifecycle (loop thread)
+
+    private func start() {
+        let commands = RedisConnection(endpoint: options.endpoint, loop: loop)
+        let subscriber = RedisConnection(endpoint: options.endpoint, loop: loop)
+        self.commands = commands
+        self.subscriber = subscriber
+        commands.onReady = { [unowned self] in self.commandsReady() }
+        commands.onDown = { [unowned self] error in self.connectionDown("commands", error) }
+        subscriber.onReady = { [unowned self] in self.subscriberReady() }
+        subscriber.onDown = { [unowned self] error in self.connectionDown("subscriber", error) }
+        subscriber.onPush = { [unowned self] push in self.received(push) }
+        commands.start()
+        subscriber.start()
+        heartbeatTimer = loop.scheduleRepeating(every: .milliseconds(options.heartbeatMillis)) { [unowned self] in self.heartbeat() }
+        log("cluster: node \(nodeID) using Redis at \(options.endpoint) (\(options.shards) shard channels"
+            + (options.sharded ? ", sharded pub/sub)" : ")"))
+    }
+
+    /// Leaves the registry and removes this node's presence, then closes (bounded: waits at most `timeout`).
+    public func shutdown(timeout: Duration = .seconds(2)) {
+        let done = DispatchSemaphore(value: 0)
+        loop.execute { [unowned self] in
+            _ = self.loop.cancel(self.heartbeatTimer)
+            guard let commands = self.commands, commands.state == .ready else { done.signal(); return }
+            for follow in self.followed.values {
+                self.streams.setPresence(follow.stream, node: self.nodeID, count: 0, on: commands)
+            }
+            self.nodes.leave(id: self.nodeID, on: commands) { _ in done.signal() }
+        }
+        let nanos = Int(timeout.components.seconds) * 1_000_000_000 + Int(timeout.components.attoseconds / 1_000_000_000)
+        _ = done.wait(timeout: .now() + .nanoseconds(nanos))
+        _ = try? loop.submitAndWait { [unowned self] in
+            self.commands?.close()
+            self.subscriber?.close()
+        }
+        loop.stop()
+        loop.join()
+    }
+
+    private func commandsReady() {
+        stats.withLock { $0.connected = true; $0.lastError = nil }
+        log("cluster: connected to Redis (commands)")
+        heartbeat()
+        // Presence may have been lost (Redis restarted) or dropped (this node looked dead): write it again.
+        guard let commands else { return }
+        for follow in followed.values {
+            streams.setPresence(follow.stream, node: nodeID, count: follow.followers, on: commands)
+        }
+        if wasReady { refill() }
+        wasReady = true
+    }
+
+    private func subscriberReady() {
+        guard let subscriber else { return }
+        subscriber.subscribe([options.sharded ? "SSUBSCRIBE" : "SUBSCRIBE"] + streams.fanoutChannels) { [unowned self] error in
+            if let error {
+                self.stats.withLock { $0.lastError = error.message }
+                self.log("cluster: cannot subscribe to the fan-out channels: \(error.message)")
+                return
+            }
+            self.stats.withLock { $0.subscribed = true }
+            self.log("cluster: subscribed to \(self.streams.shards) fan-out channels")
+            // Messages may have been missed while unsubscribed: read every followed stream from its last seq.
+            self.refill()
+        }
+    }
+
+    private func connectionDown(_ which: String, _ error: RedisError) {
+        let first = stats.withLock { s -> Bool in
+            let was = which == "commands" ? s.connected : s.subscribed
+            if which == "commands" { s.connected = false } else { s.subscribed = false }
+            s.lastError = error.message
+            if was { s.reconnects += 1 }
+            return was
+        }
+        if first { log("cluster: Redis \(which) connection down: \(error.message); retrying with backoff") }
+    }
+
+    private func heartbeat() {
+        guard let commands, commands.state == .ready else { return }
+        let info = nodeInfo.withLock { $0 }
+        nodes.heartbeat(id: nodeID, info: info, on: commands) { _ in }
+    }
+
+    /// The node's description in the registry (JSON object text).
+    public func setNodeInfo(_ json: String) {
+        nodeInfo.withLock { $0 = json }
+    }
+
+    // MARK: Publishing
+
+    public func publish(_ drafts: [EventDraft], completion: @escaping @Sendable (PublishOutcome) -> Void) {
+        guard !drafts.isEmpty else { completion(PublishOutcome(events: [], delivered: [], replies: [])); return }
+        // Encoded here: `data` points into the caller's read buffer.
+        let wallMillis = Int64(wallClockSeconds() * 1000)
+        let items = drafts.map { draft in
+            PublishItem(stream: stream(for: draft.stream), key: draft.stream, type: draft.type,
+                        text: Self.eventText(type: draft.type, wallMillis: wallMillis, data: draft.data),
+                        idempotencyKey: draft.idempotencyKey?.string)
+        }
+        let box = LoopOwned(items)
+        loop.execute { [unowned self] in self.publishOnLoop(box.value, completion: completion) }
+    }
+
+    private struct PublishItem {
+        let stream: RedisStreams.Stream
+        let key: StreamKey
+        let type: String
+        let text: String
+        let idempotencyKey: String?
+    }
+
+    /// `TYPE \n WALL_MS \n DATA`: what the history keeps and the fan-out carries (the stream says channel and account,
+    /// the script says seq).
+    static func eventText(type: String, wallMillis: Int64, data: UnsafeRawBufferPointer) -> String {
+        var text = type
+        text += "\n"
+        text += String(wallMillis)
+        text += "\n"
+        text += String(decoding: data, as: UTF8.self)
+        return text
+    }
+
+    private func publishOnLoop(_ items: [PublishItem], completion: @escaping @Sendable (PublishOutcome) -> Void) {
+        let started = monotonicNanos()
+        var replies = [PublishReply](repeating: PublishReply(seq: 0, delivered: 0, duplicate: false), count: items.count)
+        var numbered: [(index: Int, seq: UInt64)] = []
+        var remaining = items.count
+        guard let commands else {
+            for i in replies.indices { replies[i].failure = BrokerFailure(message: "the cluster broker is not running") }
+            completion(PublishOutcome(events: [], delivered: [], replies: replies))
+            return
+        }
+        for (i, item) in items.enumerated() {
+            streams.publish(item.text, to: item.stream, candidateEpoch: Self.randomToken(bytes: 8), idempotencyKey: item.idempotencyKey,
+                            windowMillis: options.idempotencyWindowMillis, liveness: options.sharded ? nil : nodes, on: commands) { [unowned self] result in
+                switch result {
+                case .success(let n):
+                    replies[i] = PublishReply(seq: n.seq, delivered: n.delivered, duplicate: n.duplicate)
+                    if !n.duplicate { numbered.append((i, n.seq)) }
+                case .failure(let error):
+                    replies[i].failure = BrokerFailure(message: "Redis is unavailable (\(error.message)); nothing was published, retry")
+                }
+                remaining -= 1
+                guard remaining == 0 else { return }
+                let elapsed = monotonicNanos() &- started
+                let failures = replies.filter { $0.failure != nil }.count
+                self.stats.withLock { s in
+                    s.published += items.count - failures
+                    s.publishFailures += failures
+                    s.publishRoundTrips += 1
+                    s.publishNanos &+= elapsed
+                    s.publishMaxNanos = max(s.publishMaxNanos, elapsed)
+                }
+                // The events as the ledger (admin `tail`, `channel`) sees them: framed here, delivered through Redis.
+                var events: [PublishedEvent] = []
+                var delivered: [Int] = []
+                for (index, seq) in numbered {
+                    let item = items[index]
+                    if let event = self.frame(key: item.key, seq: seq, text: item.text) {
+                        events.append(event)
+                        delivered.append(replies[index].delivered)
+                    }
+                }
+                completion(PublishOutcome(events: events, delivered: delivered, replies: replies))
+            }
+        }
+    }
+
+    // MARK: Fan-out (loop thread)
+
+    private func received(_ push: RESPValue) {
+        guard let message = streams.message(from: push) else { return }
+        stats.withLock { $0.received += 1 }
+        guard let follow = followed[message.streamID] else {
+            stats.withLock { $0.ignored += 1 }
+            return
+        }
+        accept(message, follow)
+    }
+
+    /// Sorts one message of a followed stream into its order: deliver, drop as a duplicate, or fill a gap first.
+    private func accept(_ message: RedisStreams.Message, _ follow: Follow) {
+        if follow.filling {
+            follow.parked.append(message)
+            return
+        }
+        if let epoch = follow.epoch, epoch != message.epoch {
+            // The stream's numbering restarted (its keys expired, or Redis lost them): follow the new one.
+            stats.withLock { $0.epochChanges += 1 }
+            log("cluster: stream \(message.streamID) restarted its numbering (epoch \(epoch) → \(message.epoch))")
+            follow.lastSeq = nil
+        }
+        follow.epoch = message.epoch
+        if let last = follow.lastSeq {
+            if message.seq <= last {
+                stats.withLock { $0.duplicates += 1 }
+                return
+            }
+            if message.seq > last + 1 {
+                stats.withLock { $0.gaps += 1 }
+                follow.parked.append(message)
+                fill(follow)
+                return
+            }
+        }
+        follow.lastSeq = message.seq
+        emit(follow.key, seq: message.seq, text: message.event)
+    }
+
+    /// Reads what the stream has after the node's last seq, delivers it, then the parked messages.
+    private func fill(_ follow: Follow) {
+        guard let commands, let last = follow.lastSeq else { return }
+        follow.filling = true
+        streams.read(follow.stream, after: last, limit: max(1, options.historySize * 2), on: commands) { [unowned self] result in
+            follow.filling = false
+            switch result {
+            case .success(let read):
+                if let epoch = read.epoch, epoch == follow.epoch {
+                    for entry in read.entries where entry.seq > (follow.lastSeq ?? 0) {
+                        if let last = follow.lastSeq, entry.seq > last + 1 {
+                            // Trimmed from the history before this node could read it.
+                            self.stats.withLock { $0.unfillable += Int(entry.seq - last - 1) }
+                        }
+                        follow.lastSeq = entry.seq
+                        self.emit(follow.key, seq: entry.seq, text: entry.event)
+                        self.stats.withLock { $0.filledEvents += 1 }
+                    }
+                }
+            case .failure(let error):
+                // Redis went away again: the parked messages wait, and the next reconnect refills from the last seq
+                // delivered (see `refill`).
+                self.log("cluster: gap fill of \(follow.stream.channel) failed: \(error.message)")
+                return
+            }
+            let parked = follow.parked.sorted { $0.seq < $1.seq }
+            follow.parked = []
+            for message in parked {
+                if let last = follow.lastSeq, message.seq > last + 1, message.epoch == follow.epoch {
+                    // Still a hole after the fill: those events are gone from the history.
+                    self.stats.withLock { $0.unfillable += Int(message.seq - last - 1) }
+                    follow.lastSeq = message.seq - 1
+                }
+                self.accept(message, follow)
+            }
+        }
+    }
+
+    /// After a reconnect: every followed stream is read from its last delivered seq.
+    private func refill() {
+        for follow in followed.values where follow.lastSeq != nil && !follow.filling {
+            fill(follow)
+        }
+    }
+
+    private func emit(_ key: StreamKey, seq: UInt64, text: String) {
+        guard let event = frame(key: key, seq: seq, text: text) else { return }
+        outgoing.append(event)
+        if !flushScheduled {
+            flushScheduled = true
+            loop.execute { [unowned self] in self.flush() }
+        }
+    }
+
+    /// One batch per loop for everything received in one pass.
+    private func flush() {
+        flushScheduled = false
+        guard !outgoing.isEmpty else { return }
+        let batch = EventBatch(events: outgoing)
+        outgoing = []
+        for shard in shards { shard.deliver(batch) { _ in } }
+    }
+
+    /// The WebSocket frame of an event from its Redis text (`TYPE \n WALL_MS \n DATA`); nil for text that is not one.
+    private func frame(key: StreamKey, seq: UInt64, text: String) -> PublishedEvent? {
+        var utf8 = Array(text.utf8)
+        guard let first = utf8.firstIndex(of: 0x0A),
+              let second = utf8[(first + 1)...].firstIndex(of: 0x0A),
+              let wallMillis = Int64(String(decoding: utf8[(first + 1)..<second], as: UTF8.self)),
+              key.channel >= 0, key.channel < channelNames.count else { return nil }
+        let type = String(decoding: utf8[..<first], as: UTF8.self)
+        let nowWall = wallClockSeconds()
+        let nowMono = monotonicNanos()
+        // The publish time on this node's monotonic clock (for latency and replay order), never in the future.
+        let ageNanos = UInt64(max(0, (nowWall * 1000 - Double(wallMillis)) * 1_000_000))
+        let acceptedAt = nowMono > ageNanos ? nowMono - ageNanos : 0
+        return utf8.withUnsafeMutableBytes { bytes in
+            let data = UnsafeRawBufferPointer(rebasing: bytes[(second + 1)...])
+            let draft = EventDraft(channel: key.channel, account: key.account, type: type, data: data)
+            return LocalBroker.frame(draft, channelName: channelNames[key.channel], seq: seq, now: acceptedAt,
+                                     wall: Double(wallMillis) / 1000, writer: &writer)
+        }
+    }
+
+    private func stream(for key: StreamKey) -> RedisStreams.Stream {
+        RedisStreams.Stream(channel: channelNames[key.channel], account: key.account?.string)
+    }
+
+    // MARK: Subscriptions
+
+    public func attach(_ reads: [StreamRead], completion: @escaping @Sendable (Result<[StreamPosition], BrokerFailure>) -> Void) -> [StreamPosition]? {
+        let box = LoopOwned(reads)
+        loop.execute { [unowned self] in self.attachOnLoop(box.value, completion: completion) }
+        return nil
+    }
+
+    private func attachOnLoop(_ reads: [StreamRead], completion: @escaping @Sendable (Result<[StreamPosition], BrokerFailure>) -> Void) {
+        // Following starts now, before the read is sent: every message numbered after the read reaches the loops.
+        for read in reads where read.follow { follow(read.stream) }
+        guard let commands, commands.state == .ready else {
+            completion(.failure(BrokerFailure(message: "Redis is unavailable; subscribe again shortly")))
+            return
+        }
+        var positions = [StreamPosition?](repeating: nil, count: reads.count)
+        var failure: BrokerFailure? = nil
+        var remaining = reads.count
+        for (i, read) in reads.enumerated() {
+            let stream = self.stream(for: read.stream)
+            let limit = read.resume == nil ? 0 : read.limit + 1
+            streams.read(stream, after: read.resume?.seq ?? 0, limit: limit,
+                         createEpoch: read.follow ? Self.randomToken(bytes: 8) : nil, on: commands) { [unowned self] result in
+                switch result {
+                case .success(let r):
+                    positions[i] = self.position(read, r)
+                    if let follow = self.followed[stream.idForLookup], follow.lastSeq == nil, let epoch = r.epoch {
+                        follow.epoch = epoch
+                        follow.lastSeq = r.seq
+                    }
+                case .failure(let error):
+                    failure = BrokerFailure(message: "Redis is unavailable (\(error.message)); subscribe again shortly")
+                }
+                remaining -= 1
+                guard remaining == 0 else { return }
+                if let failure {
+                    completion(.failure(failure))
+                } else {
+                    completion(.success(positions.map { $0 ?? StreamPosition(epoch: "0", seq: 0, replay: nil) }))
+                }
+            }
+        }
+    }
+
+    /// A stream's position from its read, and the replay after the resume point if one was asked.
+    private func position(_ read: StreamRead, _ r: RedisStreams.Read) -> StreamPosition {
+        var position = StreamPosition(epoch: r.epoch ?? "0", seq: r.seq, replay: nil)
+        guard let resume = read.resume else { return position }
+        guard let epoch = r.epoch, epoch == resume.epoch, resume.seq <= r.seq else {
+            position.replay = .failure(.epochChanged)
+            return position
+        }
+        let missing = r.seq - resume.seq
+        if missing == 0 {
+            position.replay = .success([])
+        } else if missing > UInt64(read.limit) {
+            position.replay = .failure(.tooMany)
+        } else if r.firstRetained == 0 || r.firstRetained > resume.seq + 1 {
+            position.replay = .failure(.tooOld)
+        } else {
+            var events: [RetainedEvent] = []
+            var expected = resume.seq + 1
+            for entry in r.entries where entry.seq <= r.seq {
+                guard entry.seq == expected, let event = frame(key: read.stream, seq: entry.seq, text: entry.event) else { break }
+                events.append(RetainedEvent(event))
+                expected += 1
+            }
+            position.replay = expected == r.seq + 1 ? .success(events) : .failure(.tooOld)
+        }
+        return position
+    }
+
+    private func follow(_ key: StreamKey) {
+        let stream = self.stream(for: key)
+        let id = stream.idForLookup
+        let follow: Follow
+        if let existing = followed[id] {
+            follow = existing
+        } else {
+            follow = Follow(key: key, stream: stream)
+            followed[id] = follow
+            stats.withLock { $0.followedStreams = followed.count }
+        }
+        follow.followers += 1
+        if let commands, commands.state == .ready {
+            streams.setPresence(stream, node: nodeID, count: follow.followers, on: commands)
+        }
+    }
+
+    public func detach(_ keys: [StreamKey]) {
+        guard !keys.isEmpty else { return }
+        loop.execute { [unowned self] in
+            for key in keys {
+                let stream = self.stream(for: key)
+                let id = stream.idForLookup
+                guard let follow = self.followed[id] else { continue }
+                follow.followers -= 1
+                if follow.followers <= 0 { self.followed[id] = nil }
+                if let commands = self.commands, commands.state == .ready {
+                    self.streams.setPresence(stream, node: self.nodeID, count: max(0, follow.followers), on: commands)
+                }
+            }
+            let count = self.followed.count
+            self.stats.withLock { $0.followedStreams = count }
+        }
+    }
+
+    // MARK: Views
+
+    public func history(_ stream: StreamKey, after: UInt64) -> StreamHistory? { nil }
+
+    public func maintain() {}
+
+    public func statistics() -> BrokerStatistics {
+        let s = stats.withLock { $0 }
+        var b = BrokerStatistics(epoch: epoch)
+        b.streams = s.followedStreams
+        b.cluster = s
+        return b
+    }
+
+    public var cluster: ClusterStatistics { stats.withLock { $0 } }
+}
+
+extension RedisStreams.Stream {
+    /// The ID fan-out messages carry (`a:…` / `b:…`).
+    var idForLookup: String { id }
+}
+

@@ -1,0 +1,229 @@
+import Foundation
+import Glibc
+import Synchronization
+import Testing
+@testable import Hub
+
+/// Cluster mode through real binaries: three `hub --broker unix://…` processes sharing one real `redis-server`.
+/// Isolation and per-stream order across nodes, truthful `delivered`, resume on another node, and Redis going away.
+@Suite(.serialized, .enabled(if: RedisPeer.enabled, RedisPeer.skipReason))
+struct ClusterTests {
+    static let secret = "cluster-test-secret-0123456789abcdef0123"
+
+    struct Cluster: @unchecked Sendable {
+        let redis: RedisServer
+        let nodes: [HubProcess]
+
+        func token(_ account: String) throws -> String {
+            let now = Int64(time(nil))
+            return try JWTSigner(key: .hmacSecret(Array(ClusterTests.secret.utf8))).sign(JWTClaims(sub: account, exp: now + 900, iat: now))
+        }
+
+        func client(_ node: Int, _ account: String, channels: [String] = ["wallet_updates"]) throws -> TestWebSocket {
+            try nodes[node].client(account, channels: channels, token: token(account))
+        }
+    }
+
+    /// Redis, then `count` hubs on it, each ready (subscribed to the fan-out channels).
+    static func cluster(_ count: Int = 3, redis: RedisServer? = nil, extra: [String] = []) throws -> Cluster {
+        let redis = try redis ?? RedisServer()
+        var nodes: [HubProcess] = []
+        for _ in 0..<count {
+            let node = try HubProcess(["--broker", "unix://" + redis.socketPath] + extra, environment: ["HUB_JWT_SECRET": secret])
+            guard eventually(timeout: 10, { node.log.contains("cluster: subscribed to") && node.log.contains("connected to Redis") }) else {
+                throw HubTestError("node did not join the cluster:\n\(node.log)")
+            }
+            nodes.append(node)
+        }
+        return Cluster(redis: redis, nodes: nodes)
+    }
+
+    /// (seq, account-or-broadcast marker) of an event text.
+    static func seq(_ text: String) -> Int? { IntegrationRecoveryTests.seqOf(text)?.seq }
+
+    /// Reads events until `count` arrived or the connection went quiet.
+    static func events(_ ws: TestWebSocket, count: Int, timeout: Double = 10) throws -> [[String: Any]] {
+        var out: [[String: Any]] = []
+        let deadline = Date().addingTimeInterval(timeout)
+        while out.count < count, Date() < deadline {
+            guard let text = try? ws.nextText(timeout: max(0.1, deadline.timeIntervalSinceNow)) else { break }
+            out.append(try parseObject(text))
+        }
+        return out
+    }
+
+    @Test func eventsReachExactlyTheirAccountOnEveryNodeInOrder() throws {
+        let c = try Self.cluster()
+        // Account A on all three nodes, B on node 2 only; A's connection on node 0 also has profile_updates.
+        let a0 = try c.client(0, "acc_A", channels: ["wallet_updates", "profile_updates"])
+        let a1 = try c.client(1, "acc_A")
+        let a2 = try c.client(2, "acc_A")
+        let b2 = try c.client(2, "acc_B")
+        // Publishers on two nodes at once, both streams, interleaved.
+        let perPublisher = 200
+        let failures = Mutex<[String]>([])
+        let replies = Mutex<[Int: [[String: Any]]]>([:])
+        DispatchQueue.concurrentPerform(iterations: 2) { p in
+            do {
+                let admin = try c.nodes[p].admin()
+                var lines: [String] = []
+                for n in 0..<perPublisher {
+                    let account = n % 4 == 3 ? "acc_B" : "acc_A"
+                    lines.append(#"{"op":"publish","channel":"wallet_updates","account":"\#(account)","type":"t","data":{"p":\#(p),"n":\#(n)},"id":\#(n)}"#)
+                }
+                let got = try admin.requests(lines).map { try parseObject($0) }
+                replies.withLock { $0[p] = got }
+            } catch {
+                failures.withLock { $0.append("publisher \(p): \(error)") }
+            }
+        }
+        #expect(failures.withLock { $0 }.isEmpty, "\(failures.withLock { $0 })")
+        let expectedA = 2 * perPublisher * 3 / 4
+        let expectedB = 2 * perPublisher / 4
+        for (name, ws, expected, account) in [("a0", a0, expectedA, "acc_A"), ("a1", a1, expectedA, "acc_A"), ("a2", a2, expectedA, "acc_A"),
+                                              ("b2", b2, expectedB, "acc_B")] {
+            let events = try Self.events(ws, count: expected)
+            #expect(events.count == expected, "\(name) got \(events.count) of \(expected)")
+            // Contiguous from 1, in order: the stream's seq is cluster-wide.
+            let seqs = events.compactMap { $0["seq"] as? Int }
+            #expect(seqs == Array(1...max(1, events.count)).prefix(events.count).map { $0 }, "\(name) seqs not contiguous: \(seqs.prefix(20))")
+            for event in events {
+                let data = event["data"] as? [String: Any]
+                let n = data?["n"] as? Int ?? -1
+                #expect((n % 4 == 3) == (account == "acc_B"), "\(name) (\(account)) got an event of the other account: \(event)")
+            }
+            #expect(try ws.isQuiet(for: 0.3), "\(name) got more than its events")
+        }
+        // delivered: A's stream has three connections cluster-wide, B's one.
+        for (p, list) in replies.withLock({ $0 }) {
+            for (n, reply) in list.enumerated() {
+                #expect(reply["ok"] as? Bool == true, "publisher \(p) #\(n): \(reply)")
+                let expected = n % 4 == 3 ? 1 : 3
+                #expect(reply["delivered"] as? Int == expected, "publisher \(p) #\(n): delivered \(reply["delivered"] ?? "nil"), expected \(expected)")
+            }
+        }
+    }
+
+    @Test func anAppResumesOnAnotherNode() throws {
+        let c = try Self.cluster(2)
+        let ws = try TestWebSocket.connect(port: c.nodes[0].port, headers: [("Authorization", "Bearer \(try c.token("acc_R"))")])
+        try IntegrationRecoveryTests.subscribe(ws)
+        let start = try IntegrationRecoveryTests.position(try IntegrationRecoveryTests.readReplay(ws).reply)
+        for n in 1...3 {
+            let reply = try c.nodes[1].publish(channel: "wallet_updates", account: "acc_R", data: #"{"n":\#(n)}"#)
+            #expect(reply["seq"] as? Int == n)
+        }
+        let live = try Self.events(ws, count: 3)
+        #expect(live.compactMap { $0["seq"] as? Int } == [1, 2, 3])
+        ws.shutdownTCP()
+        // Missed while away: 4...8, published through node 0.
+        for n in 4...8 { _ = try c.nodes[0].publish(channel: "wallet_updates", account: "acc_R", data: #"{"n":\#(n)}"#) }
+        let back = try TestWebSocket.connect(port: c.nodes[1].port, headers: [("Authorization", "Bearer \(try c.token("acc_R"))")])
+        var since = start
+        since.seq = 3
+        try IntegrationRecoveryTests.subscribe(back, since: since)
+        let (replay, reply) = try IntegrationRecoveryTests.readReplay(back)
+        let position = try IntegrationRecoveryTests.position(reply)
+        #expect(position.recovered == true, "\(reply)")
+        #expect(position.epoch == start.epoch)
+        #expect(replay.compactMap(Self.seq) == [4, 5, 6, 7, 8])
+        // Live again after the replay, with no gap.
+        _ = try c.nodes[0].publish(channel: "wallet_updates", account: "acc_R")
+        #expect(try Self.events(back, count: 1).first?["seq"] as? Int == 9)
+        // A position from another numbering is refused with the reason.
+        let stranger = try TestWebSocket.connect(port: c.nodes[0].port, headers: [("Authorization", "Bearer \(try c.token("acc_R"))")])
+        var wrong = start
+        wrong.epoch = "r.nope.nope"
+        try IntegrationRecoveryTests.subscribe(stranger, since: wrong)
+        let refused = try IntegrationRecoveryTests.position(try IntegrationRecoveryTests.readReplay(stranger).reply)
+        #expect(refused.recovered == false && refused.reason == "epoch_changed")
+    }
+
+    @Test func redisGoingAwayFailsPublishesClearlyAndNothingAcknowledgedIsLost() throws {
+        let directory = try makeRedisDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        // With an append-only file, as a production Redis keeping history should run.
+        var redis: RedisServer? = try RedisServer(directory: directory, arguments: ["--appendonly", "yes", "--appendfsync", "always"])
+        let c = try Self.cluster(2, redis: redis)
+        let ws = try c.client(1, "acc_K")
+        var acknowledged: [Int] = []
+        for _ in 1...5 {
+            let reply = try c.nodes[0].publish(channel: "wallet_updates", account: "acc_K")
+            if let seq = reply["seq"] as? Int { acknowledged.append(seq) }
+        }
+        let health = { (node: HubProcess) in try? rawHTTP(port: node.port, "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n") }
+        #expect(health(c.nodes[0])?.status == 200)
+        redis?.crash()
+        redis = nil
+        // Health says degraded (503), so a load balancer sends new clients elsewhere.
+        #expect(eventually(timeout: 5) { health(c.nodes[0]).map { $0.status == 503 && $0.body.contains(#""status":"degraded""#) } ?? false })
+        // Fails fast with the documented code; the client stays connected.
+        let refused = try c.nodes[0].request(#"{"op":"publish","channel":"wallet_updates","account":"acc_K","type":"t","data":{},"id":"x"}"#)
+        #expect(refused["ok"] as? Bool == false)
+        #expect((refused["error"] as? [String: Any])?["code"] as? String == "BROKER_UNAVAILABLE", "\(refused)")
+        redis = try RedisServer(directory: directory, arguments: ["--appendonly", "yes", "--appendfsync", "always"])
+        #expect(eventually(timeout: 15) { c.nodes.allSatisfy { $0.log.components(separatedBy: "cluster: subscribed to").count >= 3 } },
+                "nodes did not resubscribe:\n\(c.nodes.map(\.log).joined(separator: "\n---\n"))")
+        var published = false
+        _ = eventually(timeout: 10) {
+            guard let reply = try? c.nodes[0].publish(channel: "wallet_updates", account: "acc_K"), let seq = reply["seq"] as? Int else { return false }
+            acknowledged.append(seq)
+            published = true
+            return true
+        }
+        #expect(published)
+        #expect(health(c.nodes[1])?.status == 200)
+        let seqs = try Self.events(ws, count: acknowledged.count).compactMap { $0["seq"] as? Int }
+        #expect(seqs == acknowledged, "the client got \(seqs), acknowledged \(acknowledged)")
+        #expect(acknowledged == Array(1...acknowledged.count), "numbering continued across the Redis restart: \(acknowledged)")
+    }
+
+    /// A publisher keeps publishing (each event with its own idempotency key, retried until acknowledged) while Redis
+    /// is killed and restarted under it. The subscriber on another node gets every acknowledged event exactly once,
+    /// in order: numbering continued (append-only file), and the node filled what it missed from the history.
+    @Test func killingRedisMidStreamLosesNothingAcknowledged() throws {
+        let directory = try makeRedisDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let arguments = ["--appendonly", "yes", "--appendfsync", "always"]
+        let first = try RedisServer(directory: directory, arguments: arguments)
+        let c = try Self.cluster(2, redis: first)
+        let ws = try c.client(1, "acc_M")
+        let acknowledged = Mutex<[Int: Int]>([:])  // event number → seq
+        let stop = Atomic<Bool>(false)
+        let refusals = Atomic<Int>(0)
+        let publisher = Thread {
+            var n = 0
+            while !stop.load(ordering: .relaxed) {
+                n += 1
+                let line = #"{"op":"publish","channel":"wallet_updates","account":"acc_M","type":"t","data":{"n":\#(n)},"idempotencyKey":"e\#(n)"}"#
+                while !stop.load(ordering: .relaxed) {
+                    if let reply = try? c.nodes[0].request(line), let seq = reply["seq"] as? Int {
+                        acknowledged.withLock { $0[n] = seq }
+                        break
+                    }
+                    refusals.add(1, ordering: .relaxed)
+                    usleep(20_000)
+                }
+                usleep(2_000)
+            }
+        }
+        publisher.start()
+        usleep(300_000)
+        first.crash()
+        usleep(300_000)
+        let second = try RedisServer(directory: directory, arguments: arguments)
+        usleep(700_000)
+        stop.store(true, ordering: .relaxed)
+        usleep(100_000)
+        let acked = acknowledged.withLock { $0 }
+        let seqs = acked.values.sorted()
+        #expect(refusals.load(ordering: .relaxed) > 0, "Redis was never seen down")
+        #expect(seqs.count > 20)
+        #expect(Set(seqs).count == seqs.count, "two events acknowledged with one seq")
+        let received = try Self.events(ws, count: seqs.count).compactMap { $0["seq"] as? Int }
+        #expect(received == seqs, "received \(received.count) of \(seqs.count); first difference at \(Array(zip(received, seqs)).firstIndex { $0.0 != $0.1 } ?? min(received.count, seqs.count))")
+        #expect(seqs == Array(1...max(1, seqs.count)).prefix(seqs.count).map { $0 }, "numbering did not continue: \(seqs.prefix(30))")
+        #expect(try ws.isQuiet(for: 0.3))
+        _ = second
+    }
+}
