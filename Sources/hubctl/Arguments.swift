@@ -27,6 +27,8 @@ enum Arguments {
                 run: TailCommand.run),
         Command(spec: HistoryCommand.spec, summary: "one stream's retained events (what a resuming client gets)",
                 help: HistoryCommand.help, run: HistoryCommand.run),
+        Command(spec: NodesCommand.spec, summary: "cluster mode: the live nodes sharing this hub's Redis",
+                help: NodesCommand.help, run: NodesCommand.run),
         Command(spec: DisconnectCommand.spec, summary: "close a connection or all of an account's",
                 help: DisconnectCommand.help, run: DisconnectCommand.run),
         Command(spec: TokenCommand.spec, summary: "mint an HS256 test token (no hub needed)",

@@ -42,6 +42,21 @@ enum StatusCommand {
         ]
     }
 
+    /// Cluster mode: this node, its Redis connections, and what its fan-out saw (absent without --broker).
+    static func clusterLines(_ c: JSON, style: Style) -> [(String, String)] {
+        guard c.object != nil else { return [] }
+        let up = c["connected"].bool == true && c["subscribed"].bool == true
+        var redis = up ? "up" : style.yellow("DOWN (publishes and new subscribes fail with BROKER_UNAVAILABLE)")
+        if !up, let error = c["lastError"].text { redis += ": \(error)" }
+        return [
+            ("cluster", "node \(c["node"].text ?? "?"), Redis \(redis), reconnects \(Units.count(c["reconnects"].int))"),
+            ("fan-out", "\(Units.count(c["received"].int)) messages from Redis (\(Units.count(c["ignored"].int)) for streams not followed here)"
+                + ", gaps \(Units.count(c["gaps"].int)) filled with \(Units.count(c["filledEvents"].int)) events"
+                + ", lost \(Units.count(c["unfillable"].int)); publishes \(Units.count(c["published"].int))"
+                + ", refused \(Units.count(c["publishFailures"].int))"),
+        ]
+    }
+
     static func render(_ stats: JSON, style: Style) -> [String] {
         var lines: [String] = []
         var head = style.bold("hub \(stats["version"].text ?? "?")")
@@ -85,7 +100,7 @@ enum StatusCommand {
                 + ", rejected connections \(Units.count(d["rejectedConnections"].int))"),
             ("auth failures", failures.isEmpty ? "none" : failures.joined(separator: ", ")),
             ("descriptors", descriptors),
-        ] + historyLines(stats["history"]), style: style)
+        ] + historyLines(stats["history"]) + clusterLines(stats["cluster"], style: style), style: style)
 
         if let threads = stats["threads"].array, !threads.isEmpty {
             lines.append("")

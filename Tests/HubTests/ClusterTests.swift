@@ -226,4 +226,51 @@ struct ClusterTests {
         #expect(try ws.isQuiet(for: 0.3))
         _ = second
     }
+
+    /// The registry lists every node with what it says of itself; a node killed with SIGKILL stops counting in
+    /// `delivered` once its heartbeat is stale (5 s), and leaves the list; its client resumes on another node.
+    @Test func nodesAreListedAndADeadNodeStopsCounting() throws {
+        let c = try Self.cluster(3)
+        func nodes(_ via: Int) -> [[String: Any]] {
+            ((try? c.nodes[via].request(#"{"op":"nodes"}"#))?["nodes"] as? [[String: Any]]) ?? []
+        }
+        #expect(eventually(timeout: 5) { nodes(0).count == 3 }, "\(nodes(0))")
+        let listens = Set(nodes(1).compactMap { ($0["info"] as? [String: Any])?["listen"] as? String })
+        #expect(listens == Set(c.nodes.map { "127.0.0.1:\($0.port)" }))
+        #expect(nodes(2).filter { $0["self"] as? Bool == true }.count == 1)
+
+        let d1 = try c.client(1, "acc_D")
+        let d2 = try TestWebSocket.connect(port: c.nodes[2].port, headers: [("Authorization", "Bearer \(try c.token("acc_D"))")])
+        try IntegrationRecoveryTests.subscribe(d2)
+        let start = try IntegrationRecoveryTests.position(try IntegrationRecoveryTests.readReplay(d2).reply)
+        #expect(try c.nodes[0].publish(channel: "wallet_updates", account: "acc_D")["delivered"] as? Int == 2)
+        #expect(try Self.events(d2, count: 1).count == 1)
+        c.nodes[2].stop(signal: SIGKILL)
+        // The dead node's count goes once its heartbeat is stale.
+        var delivered: [Int] = []
+        #expect(eventually(timeout: 10) {
+            let n = (try? c.nodes[0].publish(channel: "wallet_updates", account: "acc_D"))?["delivered"] as? Int ?? -1
+            delivered.append(n)
+            if n != 1 { usleep(250_000) }  // a few dozen events at most: the resume below stays under --recovery-max
+            return n == 1
+        }, "delivered stayed \(delivered.suffix(3))")
+        #expect(eventually(timeout: 5) { nodes(0).count == 2 })
+        // Its client reconnects to node 1 and gets what it missed.
+        let back = try TestWebSocket.connect(port: c.nodes[1].port, headers: [("Authorization", "Bearer \(try c.token("acc_D"))")])
+        var since = start
+        since.seq = 1
+        try IntegrationRecoveryTests.subscribe(back, since: since)
+        let (replay, reply) = try IntegrationRecoveryTests.readReplay(back)
+        #expect(try IntegrationRecoveryTests.position(reply).recovered == true)
+        #expect(replay.compactMap(Self.seq) == Array(2...(1 + delivered.count)))
+        #expect(try Self.events(d1, count: 1 + delivered.count).count == 1 + delivered.count)
+    }
+
+    @Test func aSingleHubSaysItIsNotAClusterAndHealthIsPlain() throws {
+        let hub = try HubProcess()
+        let reply = try hub.request(#"{"op":"nodes"}"#)
+        #expect(reply["ok"] as? Bool == true && reply["cluster"] as? Bool == false)
+        let health = try rawHTTP(port: hub.port, "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        #expect(health.status == 200 && !health.body.contains("broker"))
+    }
 }

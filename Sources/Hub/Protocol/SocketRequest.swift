@@ -110,6 +110,8 @@ public enum SocketRequest: Sendable, Hashable {
     case tail(channel: String, account: AccountID?)
     /// The retained events of one stream with seq > `since` (`account` nil: the channel's broadcasts).
     case history(channel: String, account: AccountID?, since: UInt64)
+    /// Cluster mode: the live nodes in the registry.
+    case nodes
 
     public static let defaultConnectionsLimit = 100
     public static let defaultDisconnectCode: UInt16 = 1000
@@ -178,6 +180,8 @@ extension SocketRequest {
             request = try parseDisconnect(f, &p)
         } else if op.stringEquals("history", in: line) {
             request = try parseHistory(f, &p)
+        } else if op.stringEquals("nodes", in: line) {
+            request = .nodes
         } else if opWord == Op.tail.rawValue {
             request = .tail(channel: try p.requiredString(f.channel, "channel"),
                             account: try p.optionalString(f.account, "account").map { AccountID($0) })

@@ -78,8 +78,8 @@ public final class RedisBroker: Broker, @unchecked Sendable {
     let loop: EventLoop
     private let log: @Sendable (String) -> Void
     private let stats: Mutex<ClusterStatistics>
-    /// Extra node information for the registry (listen address, connections), refreshed by the hub.
-    private let nodeInfo = Mutex<String>("{}")
+    /// The node's description in the registry (a JSON object: listen address, connections…), asked at each heartbeat.
+    private let nodeInfo = Mutex<@Sendable () -> String>({ "{}" })
 
     // Loop thread only.
     private var commands: RedisConnection? = nil
@@ -215,13 +215,26 @@ public final class RedisBroker: Broker, @unchecked Sendable {
 
     private func heartbeat() {
         guard let commands, commands.state == .ready else { return }
-        let info = nodeInfo.withLock { $0 }
+        let info = nodeInfo.withLock { $0 }()
         nodes.heartbeat(id: nodeID, info: info, on: commands) { _ in }
     }
 
-    /// The node's description in the registry (JSON object text).
-    public func setNodeInfo(_ json: String) {
-        nodeInfo.withLock { $0 = json }
+    /// What the node says of itself in the registry (JSON object text), asked at each heartbeat.
+    public func setNodeInfo(_ provider: @escaping @Sendable () -> String) {
+        nodeInfo.withLock { $0 = provider }
+    }
+
+    /// The live nodes of the cluster (from the registry), or why not.
+    public func listNodes(_ completion: @escaping @Sendable (Result<[RedisNodes.Node], BrokerFailure>) -> Void) {
+        loop.execute { [unowned self] in
+            guard let commands = self.commands, commands.state == .ready else {
+                completion(.failure(BrokerFailure(message: "Redis is unavailable")))
+                return
+            }
+            self.nodes.nodes(on: commands) { result in
+                completion(result.mapError { BrokerFailure(message: "Redis: \($0.message)") })
+            }
+        }
     }
 
     // MARK: Publishing

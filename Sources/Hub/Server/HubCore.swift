@@ -55,6 +55,7 @@ final class HubCore: Sendable {
         self.descriptorLimit = descriptorLimit
         listenAddressProvider = listenAddress
         self.log = log
+        redisBroker?.setNodeInfo { [weak self] in self?.nodeInfoJSON() ?? "{}" }
     }
 
     var isShuttingDown: Bool { shuttingDown.load(ordering: .relaxed) }
@@ -342,6 +343,60 @@ final class HubCore: Sendable {
     static let historyPageSize = 1000
 
     /// `{"ok":true,"history":{...}}`: one stream's retained events after `since`, oldest first.
+    /// `nodes`: the cluster's live nodes, each with what it says of itself; one line for a hub without `--broker`.
+    func nodesJSON(id: RawJSON?, _ done: @escaping @Sendable ([UInt8]) -> Void) {
+        guard let redisBroker else {
+            var w = JSONWriter(capacity: 64)
+            SocketReplies.beginOK(into: &w)
+            w.field("cluster", false)
+            w.key("nodes"); w.beginArray(); w.endArray()
+            SocketReplies.finishOK(id: id, into: &w)
+            return done(w.takeBytes())
+        }
+        let me = redisBroker.nodeID
+        redisBroker.listNodes { result in
+            var w = JSONWriter(capacity: 1024)
+            switch result {
+            case .failure(let failure):
+                SocketReplies.error(code: .brokerUnavailable, message: failure.message, id: id, into: &w)
+            case .success(let nodes):
+                SocketReplies.beginOK(into: &w)
+                w.field("cluster", true)
+                w.field("node", me)
+                w.key("nodes"); w.beginArray()
+                for node in nodes {
+                    w.beginObject()
+                    w.field("id", node.id)
+                    w.field("self", node.id == me)
+                    w.field("ageMillis", node.ageMillis)
+                    // What another node wrote: embedded only if it is valid JSON (Redis is not trusted to hold ours).
+                    w.key("info")
+                    let info = Array(node.info.utf8)
+                    let valid = info.withUnsafeBytes { (try? JSONScanner.validate($0)) != nil }
+                    if valid { w.raw(info) } else { w.null() }
+                    w.endObject()
+                }
+                w.endArray()
+                SocketReplies.finishOK(id: id, into: &w)
+            }
+            done(w.takeBytes())
+        }
+    }
+
+    /// What this node says of itself in the cluster registry.
+    func nodeInfoJSON() -> String {
+        var w = JSONWriter(capacity: 256)
+        w.beginObject()
+        w.field("listen", listenAddress)
+        w.field("socket", configuration.socketPath)
+        w.field("version", HubVersion.string)
+        w.field("pid", Int(getpid()))
+        w.field("connections", clientCount)
+        w.field("startedAt", startedAt)
+        w.endObject()
+        return String(decoding: w.bytes, as: UTF8.self)
+    }
+
     func historyJSON(_ key: StreamKey, since: UInt64, id: RawJSON?) -> [UInt8] {
         let view = broker.history(key, after: since)
         let events = view?.events ?? []

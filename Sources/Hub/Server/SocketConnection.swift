@@ -173,6 +173,8 @@ final class SocketConnection: ConnectionHandler {
                     }
                 }
             }
+        case .nodes:
+            pending(estimate: 4096) { hub, done in hub.nodesJSON(id: id, done) }
         case .history(let channel, let account, let since):
             guard let index = hub.channelIndex[channel] else { return replyUnknownChannel(channel, id: id) }
             append(Slot(hub.historyJSON(StreamKey(channel: index, account: account), since: since, id: id)))
