@@ -273,4 +273,31 @@ struct ClusterTests {
         let health = try rawHTTP(port: hub.port, "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         #expect(health.status == 200 && !health.body.contains("broker"))
     }
+
+    /// A Redis without persistence restarts: the streams' numbering is gone. Subscribers are closed with 1012 and,
+    /// resubscribing with their position, are told `epoch_changed` (never a silent restart of seq at 1).
+    @Test func aLostNumberingClosesItsSubscribersWhoAreToldEpochChanged() throws {
+        let directory = try makeRedisDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        var redis: RedisServer? = try RedisServer(directory: directory)
+        let c = try Self.cluster(2, redis: redis)
+        let ws = try TestWebSocket.connect(port: c.nodes[1].port, headers: [("Authorization", "Bearer \(try c.token("acc_L"))")])
+        try IntegrationRecoveryTests.subscribe(ws)
+        var position = try IntegrationRecoveryTests.position(try IntegrationRecoveryTests.readReplay(ws).reply)
+        for _ in 1...3 { _ = try c.nodes[0].publish(channel: "wallet_updates", account: "acc_L") }
+        #expect(try Self.events(ws, count: 3).count == 3)
+        position.seq = 3
+        redis?.crash()
+        redis = nil
+        redis = try RedisServer(directory: directory)  // empty: no RDB, no AOF
+        let close = try ws.expectClose(timeout: 15)
+        #expect(close.code == 1012, "\(close)")
+        #expect(c.nodes[1].log.contains("restarted its numbering"))
+        let back = try TestWebSocket.connect(port: c.nodes[0].port, headers: [("Authorization", "Bearer \(try c.token("acc_L"))")])
+        try IntegrationRecoveryTests.subscribe(back, since: position)
+        let reply = try IntegrationRecoveryTests.position(try IntegrationRecoveryTests.readReplay(back).reply)
+        #expect(reply.recovered == false && reply.reason == "epoch_changed", "\(reply)")
+        #expect(reply.epoch != position.epoch && reply.seq == 0)
+        _ = redis
+    }
 }

@@ -336,9 +336,9 @@ public final class RedisBroker: Broker, @unchecked Sendable {
             return
         }
         if let epoch = follow.epoch, epoch != message.epoch {
-            // The stream's numbering restarted (its keys expired, or Redis lost them): follow the new one.
-            stats.withLock { $0.epochChanges += 1 }
-            log("cluster: stream \(message.streamID) restarted its numbering (epoch \(epoch) → \(message.epoch))")
+            // The stream's numbering restarted (its keys expired, or Redis lost them): its subscribers' positions
+            // mean nothing any more. They are closed (1012) and resubscribe; the node follows the new numbering.
+            restarted(follow, from: epoch, to: message.epoch)
             follow.lastSeq = nil
         }
         follow.epoch = message.epoch
@@ -366,6 +366,16 @@ public final class RedisBroker: Broker, @unchecked Sendable {
             follow.filling = false
             switch result {
             case .success(let read):
+                if let known = follow.epoch, read.epoch != known {
+                    // The stream is gone from Redis, or numbered anew: what was missed cannot be found.
+                    self.restarted(follow, from: known, to: read.epoch ?? "(none)")
+                    follow.epoch = read.epoch
+                    follow.lastSeq = read.epoch == nil ? nil : read.seq
+                    let parked = follow.parked.filter { $0.epoch == read.epoch && $0.seq > read.seq }.sorted { $0.seq < $1.seq }
+                    follow.parked = []
+                    for message in parked { self.accept(message, follow) }
+                    return
+                }
                 if let epoch = read.epoch, epoch == follow.epoch {
                     for entry in read.entries where entry.seq > (follow.lastSeq ?? 0) {
                         if let last = follow.lastSeq, entry.seq > last + 1 {
@@ -394,6 +404,14 @@ public final class RedisBroker: Broker, @unchecked Sendable {
                 self.accept(message, follow)
             }
         }
+    }
+
+    /// A followed stream's numbering restarted: its subscribers on this node are closed with 1012.
+    private func restarted(_ follow: Follow, from old: String, to new: String) {
+        stats.withLock { $0.epochChanges += 1 }
+        log("cluster: stream \(follow.stream.channel)\(follow.stream.account.map { " of \($0)" } ?? " (broadcast)") restarted its numbering"
+            + " (epoch \(old) → \(new)); closing its subscribers here with 1012 so they resubscribe")
+        for shard in shards { shard.numberingRestarted(follow.key) }
     }
 
     /// After a reconnect: every followed stream is read from its last delivered seq.

@@ -214,6 +214,14 @@ public protocol Broker: Sendable {
 public protocol FanoutShard: Sendable {
     /// Must hop to the shard's own thread, deliver, then call `done` (from that thread) with per-event counts.
     func deliver(_ batch: EventBatch, done: @escaping @Sendable ([Int]) -> Void)
+
+    /// The stream's numbering restarted under its subscribers (cluster mode: Redis lost it): close every connection
+    /// subscribed to it (1012), so the app reconnects, is told `epoch_changed` and refetches.
+    func numberingRestarted(_ stream: StreamKey)
+}
+
+extension FanoutShard {
+    public func numberingRestarted(_ stream: StreamKey) {}
 }
 
 /// A batch of numbered events handed to every shard.

@@ -141,6 +141,17 @@ struct LoopShard: FanoutShard {
             done(context.deliver(batch))
         }
     }
+
+    func numberingRestarted(_ stream: StreamKey) {
+        let context = self.context
+        context.loop.execute {
+            let subscribers = stream.account.map { context.registry.subscribers(channel: stream.channel, account: $0) }
+                ?? context.registry.subscribers(channel: stream.channel)
+            for subscriber in subscribers {
+                subscriber.close(code: CloseCode(1012), reason: "stream numbering restarted: resubscribe")
+            }
+        }
+    }
 }
 
 /// CPU time of the calling thread.
