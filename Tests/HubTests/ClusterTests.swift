@@ -25,11 +25,12 @@ struct ClusterTests {
     }
 
     /// Redis, then `count` hubs on it, each ready (subscribed to the fan-out channels).
-    static func cluster(_ count: Int = 3, redis: RedisServer? = nil, extra: [String] = []) throws -> Cluster {
+    static func cluster(_ count: Int = 3, redis: RedisServer? = nil, layout: RedisStreams.FanoutLayout = .streams) throws -> Cluster {
         let redis = try redis ?? RedisServer()
         var nodes: [HubProcess] = []
         for _ in 0..<count {
-            let node = try HubProcess(["--broker", "unix://" + redis.socketPath] + extra, environment: ["HUB_JWT_SECRET": secret])
+            let node = try HubProcess(["--broker", "unix://" + redis.socketPath, "--broker-fanout", layout.rawValue],
+                                      environment: ["HUB_JWT_SECRET": secret])
             guard eventually(timeout: 10, { node.log.contains("cluster: subscribed to") && node.log.contains("connected to Redis") }) else {
                 throw HubTestError("node did not join the cluster:\n\(node.log)")
             }
@@ -52,8 +53,9 @@ struct ClusterTests {
         return out
     }
 
-    @Test func eventsReachExactlyTheirAccountOnEveryNodeInOrder() throws {
-        let c = try Self.cluster()
+    @Test(arguments: RedisStreams.FanoutLayout.allCases)
+    func eventsReachExactlyTheirAccountOnEveryNodeInOrder(layout: RedisStreams.FanoutLayout) throws {
+        let c = try Self.cluster(layout: layout)
         // Account A on all three nodes, B on node 2 only; A's connection on node 0 also has profile_updates.
         let a0 = try c.client(0, "acc_A", channels: ["wallet_updates", "profile_updates"])
         let a1 = try c.client(1, "acc_A")
@@ -181,12 +183,13 @@ struct ClusterTests {
     /// A publisher keeps publishing (each event with its own idempotency key, retried until acknowledged) while Redis
     /// is killed and restarted under it. The subscriber on another node gets every acknowledged event exactly once,
     /// in order: numbering continued (append-only file), and the node filled what it missed from the history.
-    @Test func killingRedisMidStreamLosesNothingAcknowledged() throws {
+    @Test(arguments: RedisStreams.FanoutLayout.allCases)
+    func killingRedisMidStreamLosesNothingAcknowledged(layout: RedisStreams.FanoutLayout) throws {
         let directory = try makeRedisDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let arguments = ["--appendonly", "yes", "--appendfsync", "always"]
         let first = try RedisServer(directory: directory, arguments: arguments)
-        let c = try Self.cluster(2, redis: first)
+        let c = try Self.cluster(2, redis: first, layout: layout)
         let ws = try c.client(1, "acc_M")
         let acknowledged = Mutex<[Int: Int]>([:])  // event number → seq
         let stop = Atomic<Bool>(false)

@@ -113,7 +113,10 @@ struct Totals {
 final class Coordinator {
     let options: Options
     let target: TargetSpec
-    let serverPID: Int32?
+    /// The server's processes (`--server-pid A,B`: a cluster's nodes, and its Redis): CPU and RSS are summed.
+    let serverPIDs: [Int32]
+    /// A cluster's Redis (`--redis-pid`): its CPU per published event, over the measured phases only.
+    let redisPID: Int32?
     let scenario: String
     var workers: [WorkerProc] = []
     var result: [String: Any] = [:]
@@ -125,11 +128,16 @@ final class Coordinator {
         self.scenario = scenario
         self.options = options
         let kind = options.string("kind", "hub")
-        target = TargetSpec(name: options.string("server", kind), kind: kind, host: options.string("host", "127.0.0.1"),
-                            port: options.int("port", 8080),
-                            publish: options.string("publish", kind == "hub" ? "unix:./hub.sock" : "http://127.0.0.1:\(options.int("port", 8080))/publish"),
-                            channel: options.string("channel", "wallet_updates"))
-        serverPID = options.optional("server-pid").flatMap { Int32($0) }
+        let ports = options.string("port", "8080").split(separator: ",").compactMap { Int($0) }
+        let port = ports.first ?? 8080
+        var spec = TargetSpec(name: options.string("server", kind), kind: kind, host: options.string("host", "127.0.0.1"),
+                              port: port,
+                              publish: options.string("publish", kind == "hub" ? "unix:./hub.sock" : "http://127.0.0.1:\(port)/publish"),
+                              channel: options.string("channel", "wallet_updates"))
+        if ports.count > 1 { spec.ports = ports }
+        target = spec
+        serverPIDs = (options.optional("server-pid") ?? "").split(separator: ",").compactMap { Int32($0) }
+        redisPID = options.optional("redis-pid").flatMap { Int32($0) }
         result["scenario"] = scenario
         result["server"] = target.name
         result["kind"] = target.kind
@@ -142,10 +150,18 @@ final class Coordinator {
     // MARK: Server and generator samples
 
     func server() -> ProcSample {
-        var s = serverPID.map { ProcSample.tree($0) } ?? ProcSample()
+        var s = ProcSample()
+        for pid in serverPIDs {
+            let t = ProcSample.tree(pid)
+            s.cpuSeconds += t.cpuSeconds
+            s.rssBytes += t.rssBytes
+            s.processes += t.processes
+        }
         s.machine = .now()
         return s
     }
+    func redisCPU() -> Double { redisPID.flatMap { ProcSample.single($0)?.cpuSeconds } ?? 0 }
+
     func generatorCPU(_ snaps: [WorkerSnap]? = nil) -> Double {
         let own = ProcSample.single(selfPID)?.cpuSeconds ?? 0
         let w = (snaps ?? workers.map { $0.latest }).reduce(0) { $0 + $1.cpuSeconds }

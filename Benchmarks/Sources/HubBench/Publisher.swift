@@ -41,24 +41,29 @@ final class PublishDriver: @unchecked Sendable {
         self.window = window
         channelBytes = Array(target.channel.utf8)
         try loop.submitAndWait { [self] in
-            let count = target.kind == "hub" ? 1 : connections
-            for _ in 0..<count { channels.append(try makeChannel()) }
+            // One connection per hub socket (`unix:A,unix:B`: a cluster's nodes, used in turn), or `connections`.
+            let addresses = target.publish.split(separator: ",").map(String.init)
+            if target.kind == "hub" {
+                for address in addresses { channels.append(try makeChannel(address)) }
+            } else {
+                for _ in 0..<connections { channels.append(try makeChannel(target.publish)) }
+            }
             _ = loop.scheduleRepeating(every: .milliseconds(1)) { [self] in tick() }
         }
     }
 
-    private func makeChannel() throws -> PublishChannel {
+    private func makeChannel(_ address: String) throws -> PublishChannel {
         let fd: Int32
-        if target.publish.hasPrefix("unix:") {
-            fd = try unixConnect(String(target.publish.dropFirst(5)))
+        if address.hasPrefix("unix:") {
+            fd = try unixConnect(String(address.dropFirst(5)))
         } else {
-            guard let url = URLComponents(string: target.publish), let host = url.host, let port = url.port else {
-                throw EngineError("bad publish URL \(target.publish)")
+            guard let url = URLComponents(string: address), let host = url.host, let port = url.port else {
+                throw EngineError("bad publish URL \(address)")
             }
             fd = try SocketAddress(parsing: "\(host):\(port)").connect()
         }
-        let channel = PublishChannel(driver: self, http: !target.publish.hasPrefix("unix:"))
-        let c = try Connection(adopting: fd, on: loop, peer: target.publish, handler: channel, maxQueuedBytes: 256 << 20)
+        let channel = PublishChannel(driver: self, http: !address.hasPrefix("unix:"))
+        let c = try Connection(adopting: fd, on: loop, peer: address, handler: channel, maxQueuedBytes: 256 << 20)
         channel.connection = c
         return channel
     }
@@ -82,6 +87,8 @@ final class PublishDriver: @unchecked Sendable {
         _ = fcntl(fd, F_SETFL, flags | O_NONBLOCK)
         return fd
     }
+
+    private var firstChannel = 0
 
     /// Sets the pace (any thread).
     func setRate(_ eventsPerSecond: Double, unlimited: Bool = false) {
@@ -122,9 +129,13 @@ final class PublishDriver: @unchecked Sendable {
             }
             due = Int(target - phaseSent)
         }
-        for c in channels {
+        // Each tick starts at the next connection, so several hub sockets (a cluster) share the load evenly.
+        let count = channels.count
+        guard count > 0 else { return }
+        firstChannel = (firstChannel + 1) % count
+        for k in 0..<count {
             guard due > 0 else { break }
-            let n = c.send(upTo: due)
+            let n = channels[(firstChannel + k) % count].send(upTo: due)
             due -= n
             phaseSent += UInt64(n)
         }

@@ -67,14 +67,18 @@ extension Coordinator {
         publisher.configure(accountSpan: 0, accountPrefix: "acc_", paddingBytes: options.int("payload", 0))
         _ = snapAll()
         let recipients = progressTotals().open
-        let s0 = server(), g0 = generatorCPU(), p0 = publisher.snapshot()
+        let s0 = server(), g0 = generatorCPU(), p0 = publisher.snapshot(), r0 = redisCPU()
         let rate = 1000 / intervalMs
         let tStart = monotonicNanos()
         publisher.setRate(rate)
         watch(seconds: duration, publisher: publisher, label: "broadcast")
         publisher.setRate(0)
-        let p1 = publisher.snapshot()
+        let p1 = publisher.snapshot(), r1 = redisCPU()
         let measured = seconds(since: tStart)
+        if redisPID != nil {
+            result["redis_cpu_percent"] = r((r1 - r0) / measured * 100)
+            result["redis_cpu_us_per_event"] = p1.acked > p0.acked ? r((r1 - r0) * 1e6 / Double(p1.acked - p0.acked), 100) : 0
+        }
         drain()
         let s1 = server()
         let snaps = snapAll()
@@ -131,9 +135,9 @@ extension Coordinator {
             usleep(200_000)  // settle at the new rate before measuring
             let first = snapAll()
             let tStart = monotonicNanos()
-            let s0 = server(), g0 = generatorCPU(first), p0 = publisher.snapshot()
+            let s0 = server(), g0 = generatorCPU(first), p0 = publisher.snapshot(), r0 = redisCPU()
             watch(seconds: stepSeconds, publisher: publisher, label: "\(Int(rate))/s")
-            let p1 = publisher.snapshot(), s1 = server()
+            let p1 = publisher.snapshot(), s1 = server(), r1 = redisCPU()
             let snaps = snapAll()
             let dt = seconds(since: tStart)
             let g1 = generatorCPU(snaps)
@@ -141,7 +145,7 @@ extension Coordinator {
             t.received -= Totals(first).received  // counters are cumulative, histograms per snapshot
             let achieved = Double(p1.acked - p0.acked) / dt
             let lat = t.latency.summary()
-            let row: [String: Any] = [
+            var row: [String: Any] = [
                 "rate_offered": rate, "publish_rate_achieved": r(achieved, 1),
                 "deliveries_per_second": r(Double(t.received) / dt, 1),
                 "latency": lat,
@@ -151,6 +155,10 @@ extension Coordinator {
                 "machine_cpu_percent": MachineSample.busyPercent(s0.machine, s1.machine),
                 "publish_errors": p1.errors - p0.errors, "publish_skipped": p1.skipped - p0.skipped,
             ]
+            if redisPID != nil {
+                row["redis_cpu_percent"] = r((r1 - r0) / dt * 100)
+                row["redis_cpu_us_per_event"] = p1.acked > p0.acked ? r((r1 - r0) * 1e6 / Double(p1.acked - p0.acked), 100) : 0
+            }
             rows.append(row)
             let p99 = lat["p99_ms"] ?? 0
             note(String(format: "  [per-account %@] %.0f/s offered: %.0f/s published, %.0f/s delivered, p99 %.2f ms", target.name,

@@ -13,6 +13,8 @@ struct TargetSpec: Codable {
     /// `unix:PATH`, `http://HOST:PORT/publish`, `nchan://HOST:PORT`.
     var publish: String
     var channel: String
+    /// A cluster of hubs (`--port A,B,C`): connection i goes to `ports[i % count]`; nil for one server.
+    var ports: [Int]? = nil
 
     var usesToken: Bool { kind != "nchan" }
     var subscribesByMessage: Bool { kind != "nchan" }

@@ -371,6 +371,8 @@ final class Fleet: @unchecked Sendable {
     var churnStartedAt: UInt64 = 0
     var source = sockaddr_in()
     var destination = sockaddr_in()
+    /// Connections opened so far (which node of a cluster the next one goes to).
+    var opened = 0
     let slowEvery: Int
 
     init(loop: EventLoop, config: WorkerConfig) {
@@ -476,6 +478,11 @@ final class Fleet: @unchecked Sendable {
             return
         }
         var dst = destination
+        if let ports = config.target.ports, !ports.isEmpty {
+            // A cluster: connections are spread over the nodes in turn.
+            dst.sin_port = UInt16(ports[opened % ports.count]).bigEndian
+        }
+        opened += 1
         let rc = withUnsafePointer(to: &dst) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }

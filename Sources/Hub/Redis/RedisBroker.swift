@@ -15,6 +15,9 @@ public struct RedisBrokerOptions: Sendable {
     public var sharded = false
     public var heartbeatMillis = 1_000
     public var staleMillis = 5_000
+    /// Per-stream channels (a node receives only the streams it serves) or shard channels (every node receives
+    /// every event). See docs/OPERATIONS.md, "Cluster", for the measurements behind the default.
+    public var layout = RedisStreams.FanoutLayout.streams
 
     public init(endpoint: RedisEndpoint) {
         self.endpoint = endpoint
@@ -101,6 +104,8 @@ public final class RedisBroker: Broker, @unchecked Sendable {
         var lastSeq: UInt64? = nil
         /// A gap fill is in flight: messages wait in `parked`.
         var filling = false
+        /// Per-stream layout: the subscriber connection has confirmed the SUBSCRIBE to the stream's channel.
+        var confirmed = false
         var parked: [RedisStreams.Message] = []
 
         init(key: StreamKey, stream: RedisStreams.Stream) {
@@ -118,7 +123,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
         self.shards = shards
         self.options = options
         streams = RedisStreams(prefix: options.prefix, shards: options.shards, historySize: options.historySize,
-                               ttlMillis: options.historyTTLMillis, sharded: options.sharded)
+                               ttlMillis: options.historyTTLMillis, sharded: options.sharded, layout: options.layout)
         nodes = RedisNodes(prefix: options.prefix, staleMillis: options.staleMillis)
         nodeID = Self.randomToken(bytes: 6)
         self.log = log
@@ -126,7 +131,11 @@ public final class RedisBroker: Broker, @unchecked Sendable {
         s.nodeID = nodeID
         stats = Mutex(s)
         loop = try EventLoop(index: 1000)
-        loop.execute { [unowned self] in self.start() }
+    }
+
+    /// Connects to Redis and joins the cluster (once the hub listens, so its first heartbeat says where).
+    public func start() {
+        loop.execute { [unowned self] in self.startOnLoop() }
     }
 
     static func randomToken(bytes: Int) -> String {
@@ -136,7 +145,8 @@ public final class RedisBroker: Broker, @unchecked Sendable {
 
     // MARK: Lifecycle (loop thread)
 
-    private func start() {
+    private func startOnLoop() {
+        guard commands == nil else { return }
         let commands = RedisConnection(endpoint: options.endpoint, loop: loop)
         let subscriber = RedisConnection(endpoint: options.endpoint, loop: loop)
         self.commands = commands
@@ -149,8 +159,8 @@ public final class RedisBroker: Broker, @unchecked Sendable {
         commands.start()
         subscriber.start()
         heartbeatTimer = loop.scheduleRepeating(every: .milliseconds(options.heartbeatMillis)) { [unowned self] in self.heartbeat() }
-        log("cluster: node \(nodeID) using Redis at \(options.endpoint) (\(options.shards) shard channels"
-            + (options.sharded ? ", sharded pub/sub)" : ")"))
+        let layout = options.layout == .streams ? "a channel per stream" : "\(options.shards) shard channels"
+        log("cluster: node \(nodeID) using Redis at \(options.endpoint) (\(layout)" + (options.sharded ? ", sharded pub/sub)" : ")"))
     }
 
     /// Leaves the registry and removes this node's presence, then closes (bounded: waits at most `timeout`).
@@ -187,22 +197,55 @@ public final class RedisBroker: Broker, @unchecked Sendable {
         wasReady = true
     }
 
+    private var subscribeCommand: String { options.sharded ? "SSUBSCRIBE" : "SUBSCRIBE" }
+    private var unsubscribeCommand: String { options.sharded ? "SUNSUBSCRIBE" : "UNSUBSCRIBE" }
+
     private func subscriberReady() {
         guard let subscriber else { return }
-        subscriber.subscribe([options.sharded ? "SSUBSCRIBE" : "SUBSCRIBE"] + streams.fanoutChannels) { [unowned self] error in
+        let channels: [String]
+        switch options.layout {
+        case .shards:
+            channels = streams.fanoutChannels
+        case .streams:
+            for follow in followed.values { follow.confirmed = false }
+            channels = followed.values.map { streams.streamChannel($0.stream) }
+        }
+        let what = options.layout == .shards ? "\(channels.count) fan-out channels" : "\(channels.count) stream channels"
+        let confirmedNow = Array(followed.values)
+        subscribeChunked(channels, on: subscriber) { [unowned self] error in
             if let error {
                 self.stats.withLock { $0.lastError = error.message }
-                self.log("cluster: cannot subscribe to the fan-out channels: \(error.message)")
+                self.log("cluster: cannot subscribe to the \(what): \(error.message)")
                 return
             }
+            for follow in confirmedNow { follow.confirmed = true }
             self.stats.withLock { $0.subscribed = true }
-            self.log("cluster: subscribed to \(self.streams.shards) fan-out channels")
+            self.log("cluster: subscribed to \(what)")
             // Messages may have been missed while unsubscribed: read every followed stream from its last seq.
             self.refill()
         }
     }
 
+    /// SUBSCRIBE in commands of at most 1000 channels; `done` once all are confirmed (or at the first error).
+    private func subscribeChunked(_ channels: [String], on subscriber: RedisConnection, done: @escaping (RedisError?) -> Void) {
+        guard !channels.isEmpty else { return done(nil) }
+        var remaining = (channels.count + 999) / 1000
+        var failed = false
+        for start in stride(from: 0, to: channels.count, by: 1000) {
+            subscriber.subscribe([subscribeCommand] + channels[start..<min(start + 1000, channels.count)]) { error in
+                guard !failed else { return }
+                if let error {
+                    failed = true
+                    return done(error)
+                }
+                remaining -= 1
+                if remaining == 0 { done(nil) }
+            }
+        }
+    }
+
     private func connectionDown(_ which: String, _ error: RedisError) {
+        if which == "subscriber" { for follow in followed.values { follow.confirmed = false } }
         let first = stats.withLock { s -> Bool in
             let was = which == "commands" ? s.connected : s.subscribed
             if which == "commands" { s.connected = false } else { s.subscribed = false }
@@ -479,6 +522,35 @@ public final class RedisBroker: Broker, @unchecked Sendable {
             completion(.failure(BrokerFailure(message: "Redis is unavailable; subscribe again shortly")))
             return
         }
+        guard options.layout == .streams else { return read(reads, on: commands, completion: completion) }
+        // Per-stream channels: the read may only be sent once the subscription to every stream is confirmed.
+        let unconfirmed = reads.compactMap { followed[stream(for: $0.stream).idForLookup] }.filter { !$0.confirmed }
+        guard !unconfirmed.isEmpty else { return read(reads, on: commands, completion: completion) }
+        guard let subscriber, subscriber.state == .ready else {
+            completion(.failure(BrokerFailure(message: "Redis is unavailable; subscribe again shortly")))
+            return
+        }
+        var channels: [String] = []
+        for follow in unconfirmed where !channels.contains(streams.streamChannel(follow.stream)) {
+            channels.append(streams.streamChannel(follow.stream))
+        }
+        subscriber.subscribe([subscribeCommand] + channels) { [unowned self] error in
+            if let error {
+                completion(.failure(BrokerFailure(message: "Redis is unavailable (\(error.message)); subscribe again shortly")))
+                return
+            }
+            for follow in unconfirmed { follow.confirmed = true }
+            guard let commands = self.commands, commands.state == .ready else {
+                completion(.failure(BrokerFailure(message: "Redis is unavailable; subscribe again shortly")))
+                return
+            }
+            self.read(reads, on: commands, completion: completion)
+        }
+    }
+
+    /// The reads of an attach, once the streams' messages reach this node.
+    private func read(_ reads: [StreamRead], on commands: RedisConnection,
+                      completion: @escaping @Sendable (Result<[StreamPosition], BrokerFailure>) -> Void) {
         var positions = [StreamPosition?](repeating: nil, count: reads.count)
         var failure: BrokerFailure? = nil
         var remaining = reads.count
@@ -561,7 +633,12 @@ public final class RedisBroker: Broker, @unchecked Sendable {
                 let id = stream.idForLookup
                 guard let follow = self.followed[id] else { continue }
                 follow.followers -= 1
-                if follow.followers <= 0 { self.followed[id] = nil }
+                if follow.followers <= 0 {
+                    self.followed[id] = nil
+                    if self.options.layout == .streams, let subscriber = self.subscriber, subscriber.state == .ready {
+                        subscriber.subscribe([self.unsubscribeCommand, self.streams.streamChannel(stream)])
+                    }
+                }
                 if let commands = self.commands, commands.state == .ready {
                     self.streams.setPresence(stream, node: self.nodeID, count: max(0, follow.followers), on: commands)
                 }

@@ -1,7 +1,7 @@
 import WSProtocol
 
-/// Numbering, history and fan-out of event streams kept in Redis, for the coming cluster broker (issue 10). Not wired
-/// into the hub yet: this is the Redis side, tested against a real redis-server.
+/// Numbering, history and fan-out of event streams kept in Redis: the Redis side of the cluster broker
+/// (`RedisBroker`), tested against a real redis-server.
 ///
 /// **Keys.** Every stream belongs to one of `shards` fan-out shards (FNV-1a of its identity). All keys of a stream
 /// and its shard's fan-out channel share the shard's hash tag `{N}`, so one script touches one Redis Cluster slot and
@@ -9,16 +9,19 @@ import WSProtocol
 /// - `P:{N}:m:ID` — a hash: `epoch` (random per numbering, set by the first publish), `seq` (the last number);
 /// - `P:{N}:h:ID` — a Redis Stream, the history: entry ID `SEQ-0` (so "after seq S" is the range `(S-0 +`), one
 ///   field `e` with the event;
-/// - `P:{N}:fan` — the channel every node subscribes to (`SUBSCRIBE`, or `SSUBSCRIBE` with sharded pub/sub).
+/// - `P:{N}:s:ID` — the stream's own pub/sub channel (layout `streams`, the default): a node subscribes to the
+///   streams its connections follow (`SUBSCRIBE`, or `SSUBSCRIBE` with sharded pub/sub);
+/// - `P:{N}:fan` — the shard's channel (layout `shards`): every node subscribes to all of them;
+/// - `P:{N}:p:ID` — a hash: node id → how many of its connections follow the stream (presence, for `delivered`).
 ///
 /// ID is `a:LEN:CHANNEL:ACCOUNT` for an account stream, `b:LEN:CHANNEL` for a broadcast stream (LEN is the channel
 /// name's byte count, so no channel or account spelling can make two streams share a key).
 ///
 /// **Publish** is one script: create the stream with the caller's candidate epoch if it has none, `HINCRBY` the
-/// seq, `XADD` with `MAXLEN ~ size`, refresh both keys' TTL, publish `EPOCH \n SEQ \n ID \n EVENT` on the shard's
-/// channel, return `[seq, epoch, 0]`. With an idempotency key (a third key, `P:{N}:i:…`, same slot), a key seen
-/// within its window returns the first publish's `[seq, epoch, 1]` and does nothing else; a new one is stored with
-/// the window as its TTL. A stream whose keys vanished (TTL, FLUSHALL, a Redis restart without
+/// seq, `XADD` with `MAXLEN ~ size`, refresh both keys' TTL, publish `EPOCH \n SEQ \n ID \n EVENT` on the stream's
+/// (or shard's) channel, sum the presence counts of live nodes, return `[seq, epoch, 0, delivered]`. With an
+/// idempotency key (a fourth key, `P:{N}:i:…`, same slot), a key seen within its window returns the first
+/// publish's `[seq, epoch, 1, delivered]` and does nothing else; a new one is stored with the window as its TTL. A stream whose keys vanished (TTL, FLUSHALL, a Redis restart without
 /// persistence) starts again at 1 under a new epoch: a client resuming with the old epoch is told `epoch_changed`.
 ///
 /// **Read** is one script too, so its parts agree: the epoch, the last seq, the first retained seq, and up to
@@ -32,13 +35,25 @@ public struct RedisStreams: Sendable {
     public let ttlMillis: Int
     /// `SPUBLISH` (Redis 7 sharded pub/sub, for Redis Cluster) instead of `PUBLISH`.
     public let sharded: Bool
+    /// Where events are published: one channel per stream (a node subscribes to the streams it serves and receives
+    /// only those), or one channel per shard (every node receives every event and filters).
+    public let layout: FanoutLayout
 
-    public init(prefix: String = "hub", shards: Int = 16, historySize: Int = 100, ttlMillis: Int = 0, sharded: Bool = false) {
+    public enum FanoutLayout: String, Sendable, CaseIterable {
+        /// `P:{N}:s:ID`, one channel per stream.
+        case streams
+        /// `P:{N}:fan`, `shards` channels.
+        case shards
+    }
+
+    public init(prefix: String = "hub", shards: Int = 16, historySize: Int = 100, ttlMillis: Int = 0, sharded: Bool = false,
+                layout: FanoutLayout = .shards) {
         self.prefix = prefix
         self.shards = max(1, shards)
         self.historySize = max(0, historySize)
         self.ttlMillis = max(0, ttlMillis)
         self.sharded = sharded
+        self.layout = layout
     }
 
     /// A stream as Redis knows it.
@@ -87,6 +102,9 @@ public struct RedisStreams: Sendable {
     private func metaKey(_ s: Located) -> String { s.base + "m:" + s.id }
     private func historyKey(_ s: Located) -> String { s.base + "h:" + s.id }
     public func fanoutChannel(shard: Int) -> String { "\(prefix):{\(shard)}:fan" }
+    /// The channel a stream's events are published on (with the `streams` layout).
+    public func streamChannel(_ stream: Stream) -> String { streamChannel(locate(stream)) }
+    private func streamChannel(_ s: Located) -> String { s.base + "s:" + s.id }
     public var fanoutChannels: [String] { (0..<shards).map { fanoutChannel(shard: $0) } }
 
     // MARK: Scripts
@@ -188,7 +206,8 @@ public struct RedisStreams: Sendable {
         let s = locate(stream)
         var keys = [metaKey(s), historyKey(s), presenceKey(s)]
         if let key { keys.append(idempotencyKey(s, key)) }
-        let arguments = [candidateEpoch, String(historySize), String(ttlMillis), fanoutChannel(shard: s.shard), event,
+        let channel = layout == .streams ? streamChannel(s) : fanoutChannel(shard: s.shard)
+        let arguments = [candidateEpoch, String(historySize), String(ttlMillis), channel, event,
                          sharded ? "SPUBLISH" : "PUBLISH", s.id, String(max(1, windowMillis)),
                          liveness?.beatsKey ?? "", String(liveness?.staleMillis ?? 0)]
         RedisScript.publish.run(on: redis, keys: keys, arguments: arguments) { result in

@@ -40,6 +40,8 @@ public struct HubConfiguration: Sendable, Equatable {
     /// Cluster mode: the Redis every node shares (`redis://[user:password@]host:port[/db]` or `unix:///path`).
     /// nil: the embedded single-process broker.
     public var broker: RedisEndpoint? = nil
+    /// Cluster mode: how events travel through Redis pub/sub (docs/OPERATIONS.md, "Cluster").
+    public var brokerFanout = RedisStreams.FanoutLayout.streams
 
     public init() {}
 
@@ -122,6 +124,13 @@ public struct HubConfiguration: Sendable, Equatable {
               defaultText: { "\($0.idempotencyWindowSeconds / 60)m" }, apply: { c, v throws(ConfigurationError) in c.idempotencyWindowSeconds = try parseDuration(v, "idempotency-window", allowZero: true) }),
         .init(name: "broker", kind: .value(placeholder: "URL"), help: "cluster mode: share numbering, history and fan-out with other hubs through Redis (redis://[:PASSWORD@]HOST:PORT[/DB] or unix:///PATH; \"local\": the embedded broker)",
               defaultText: { _ in "local (one process, no Redis)" }, apply: { c, v throws(ConfigurationError) in c.broker = try parseBroker(v) }),
+        .init(name: "broker-fanout", kind: .value(placeholder: "LAYOUT"), help: "cluster mode: \"streams\" (a Redis channel per stream: a node receives only the streams it serves) or \"shards\" (16 channels: every node receives every event)",
+              defaultText: { $0.brokerFanout.rawValue }, apply: { c, v throws(ConfigurationError) in
+                  guard let layout = RedisStreams.FanoutLayout(rawValue: v) else {
+                      throw ConfigurationError(message: "broker-fanout must be streams or shards, got \"\(v)\"")
+                  }
+                  c.brokerFanout = layout
+              }),
         .init(name: "idempotency-max-keys", kind: .value(placeholder: "N"), help: "idempotency keys remembered at most (oldest forgotten first)",
               defaultText: { "\($0.idempotencyMaxKeys)" }, apply: { c, v throws(ConfigurationError) in c.idempotencyMaxKeys = try parseInt(v, "idempotency-max-keys", 0...10_000_000) }),
     ]

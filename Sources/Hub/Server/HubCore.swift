@@ -631,6 +631,7 @@ extension HubConfiguration {
         o.historySize = historySize
         o.historyTTLMillis = historyTTLSeconds * 1000
         o.idempotencyWindowMillis = idempotencyWindowSeconds * 1000
+        o.layout = brokerFanout
         return o
     }
 

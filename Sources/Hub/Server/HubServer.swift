@@ -74,6 +74,7 @@ public final class HubServer: Sendable {
         }
         let address = tcp.address.description
         listenText.withLock { $0 = address }
+        redisBroker?.start()
         let server = HubServer(core: core, group: group, tcp: tcp, unix: unix, listenAddress: address, socketPath: configuration.socketPath)
         log("hub \(HubVersion.string) listening on ws://\(address)/ws (\(threads) threads, up to \(maxConnections) connections)"
             + "; socket \(configuration.socketPath); channels \(configuration.channels.joined(separator: ","))"
