@@ -15,6 +15,8 @@ public struct RedisBrokerOptions: Sendable {
     public var sharded = false
     public var heartbeatMillis = 1_000
     public var staleMillis = 5_000
+    /// A Redis connection owing replies that hears nothing for this long is taken for dead (see `heartbeat`).
+    public var stallMillis = 3_000
     /// Per-stream channels (a node receives only the streams it serves) or shard channels (every node receives
     /// every event). See docs/OPERATIONS.md, "Cluster", for the measurements behind the default.
     public var layout = RedisStreams.FanoutLayout.streams
@@ -257,6 +259,14 @@ public final class RedisBroker: Broker, @unchecked Sendable {
     }
 
     private func heartbeat() {
+        // A partition shows no error on a quiet TCP connection: a connection that owes replies and has heard
+        // nothing for `stallMillis` is closed (publishes waiting on it fail with BROKER_UNAVAILABLE) and reconnects.
+        // The subscriber gets a PING each beat, so it always owes something while it lives.
+        let stall = Duration.milliseconds(options.stallMillis)
+        commands?.closeIfStalled(after: stall)
+        if let subscriber, !subscriber.closeIfStalled(after: stall), subscriber.state == .ready {
+            subscriber.send(["PING"]) { _ in }
+        }
         guard let commands, commands.state == .ready else { return }
         let info = nodeInfo.withLock { $0 }()
         nodes.heartbeat(id: nodeID, info: info, on: commands) { _ in }

@@ -258,6 +258,8 @@ public final class RedisConnection: ConnectionHandler {
     private var decoder = RESPDecoder()
     /// Replies owed, in the order their commands were written (the handshake's first).
     private var pending = Ring<Owed>()
+    /// When the connection last received anything, or (if nothing was owed) last wrote a command.
+    private var lastProgress: UInt64 = 0
 
     /// What Redis owes for a command written: a reply, or (SUBSCRIBE family) one confirmation push per channel.
     private enum Owed {
@@ -328,6 +330,7 @@ public final class RedisConnection: ConnectionHandler {
         }
         switch command.withUnsafeBytes({ connection.write(copying: $0) }) {
         case .accepted:
+            if pending.isEmpty { lastProgress = monotonicNanos() }
             pending.append(.reply(reply))
         case .overCap:
             reply(.failure(RedisError(.overloaded, "over \(maxQueuedBytes) bytes queued for Redis")))
@@ -353,7 +356,9 @@ public final class RedisConnection: ConnectionHandler {
         scratch.removeAll(keepingCapacity: true)
         RESPEncoder.appendCommand(arguments, to: &scratch)
         switch scratch.withUnsafeBytes({ connection.write(copying: $0) }) {
-        case .accepted: pending.append(.confirmations(channels, done))
+        case .accepted:
+            if pending.isEmpty { lastProgress = monotonicNanos() }
+            pending.append(.confirmations(channels, done))
         case .overCap: done(RedisError(.overloaded, "over \(maxQueuedBytes) bytes queued for Redis"))
         case .closed: done(RedisError(.unavailable, "the Redis connection is closing"))
         }
@@ -361,6 +366,20 @@ public final class RedisConnection: ConnectionHandler {
 
     /// Replies owed by Redis (commands written, not yet answered).
     public var inFlight: Int { pending.count }
+
+    /// A connection that owes replies and has received nothing for `timeout` is taken for dead (a partition or a
+    /// hung server shows no error on a quiet TCP connection): it is closed, what it owed fails with
+    /// `connectionLost`, and it reconnects with backoff. Call it periodically; returns whether it closed.
+    @discardableResult
+    public func closeIfStalled(after timeout: Duration) -> Bool {
+        loop.assertInLoop()
+        guard state == .ready, !pending.isEmpty, let c = connection else { return false }
+        let nanos = UInt64(timeout.components.seconds) * 1_000_000_000 + UInt64(timeout.components.attoseconds / 1_000_000_000)
+        guard monotonicNanos() &- lastProgress > nanos else { return false }
+        closingBecause = RedisError(.unavailable, "no reply from \(endpoint) within \(timeout) (\(pending.count) commands waiting)")
+        c.close(.abort)
+        return true
+    }
 
     // MARK: Connecting
 
@@ -491,6 +510,7 @@ public final class RedisConnection: ConnectionHandler {
                 return keep
             case .value(let value, let after):
                 start = after
+                lastProgress = monotonicNanos()
                 if case .push(let items) = value {
                     if case .confirmations(let left, let done)? = pending.first, Self.isConfirmation(items) {
                         if left > 1 {

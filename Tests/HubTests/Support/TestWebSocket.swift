@@ -61,12 +61,12 @@ final class TestWebSocket {
     }
 
     /// Performs the opening handshake; throws `Refused` when the server answers with anything but 101.
-    static func connect(port: Int, path: String = "/ws", headers: [(String, String)] = [],
+    static func connect(port: Int, host: String = "127.0.0.1", path: String = "/ws", headers: [(String, String)] = [],
                         deflate: PerMessageDeflateConfiguration? = nil, receiveBuffer: Int32? = nil,
                         behindRequest: [UInt8] = []) throws -> TestWebSocket {
-        let fd = try tcpConnect(port: port, receiveBuffer: receiveBuffer)
+        let fd = try tcpConnect(port: port, host: host, receiveBuffer: receiveBuffer)
         let key = ClientHandshake.makeKey()
-        let request = ClientHandshake.request(host: "127.0.0.1:\(port)", path: path, key: key, extraHeaders: headers, deflate: deflate)
+        let request = ClientHandshake.request(host: "\(host):\(port)", path: path, key: key, extraHeaders: headers, deflate: deflate)
         try writeAll(fd, request + behindRequest)  // frames may ride in the same write as the request
         var parser = HTTPResponseParser()
         var buffer = [UInt8](repeating: 0, count: 65536)
@@ -262,15 +262,15 @@ struct RawHTTPResponse {
     var errorCode: String? { (json["error"] as? [String: Any])?["code"] as? String }
 }
 
-func rawHTTP(port: Int, _ request: [UInt8], timeout: Double = 5) throws -> RawHTTPResponse {
-    let fd = try TestWebSocket.tcpConnect(port: port)
+func rawHTTP(port: Int, host: String = "127.0.0.1", _ request: [UInt8], timeout: Double = 5) throws -> RawHTTPResponse {
+    let fd = try TestWebSocket.tcpConnect(port: port, host: host)
     defer { Glibc.close(fd) }
     try? TestWebSocket.writeAll(fd, request)  // the server may answer (and stop reading) before the whole request is in
     return try readHTTPResponse(fd, timeout: timeout)
 }
 
-func rawHTTP(port: Int, _ request: String, timeout: Double = 5) throws -> RawHTTPResponse {
-    try rawHTTP(port: port, Array(request.utf8), timeout: timeout)
+func rawHTTP(port: Int, host: String = "127.0.0.1", _ request: String, timeout: Double = 5) throws -> RawHTTPResponse {
+    try rawHTTP(port: port, host: host, Array(request.utf8), timeout: timeout)
 }
 
 /// Reads one HTTP response (head and Content-Length body) and waits for the server to close.
