@@ -6,7 +6,8 @@ enum ChannelsCommand {
         usage: hubctl channels [--json]
 
         One row per configured channel: subscribers, distinct accounts, events published (total and per
-        second), deliveries, and when the last event was published.
+        second), deliveries, and when the last event was published. In cluster mode (--broker) a CLUSTER column
+        adds every live node's subscribers (from the node registry, at most a second old).
 
         examples:
           hubctl channels
@@ -25,14 +26,20 @@ enum ChannelsCommand {
 
     static func render(_ channels: [JSON], style: Style, now: Double) -> [String] {
         if channels.isEmpty { return ["no channels configured"] }
-        var table = Table([("CHANNEL", .left), ("SUBSCRIBERS", .right), ("ACCOUNTS", .right),
-                           ("PUBLISHED", .right), ("/S", .right), ("DELIVERED", .right), ("LAST EVENT", .left)])
+        // Cluster mode: the whole cluster's subscribers beside this node's (from the node registry).
+        let cluster = channels.contains { $0["clusterSubscribers"].int != nil }
+        var columns: [(String, Align)] = [("CHANNEL", .left), ("SUBSCRIBERS", .right)]
+        if cluster { columns.append(("CLUSTER", .right)) }
+        columns += [("ACCOUNTS", .right), ("PUBLISHED", .right), ("/S", .right), ("DELIVERED", .right), ("LAST EVENT", .left)]
+        var table = Table(columns)
         for channel in channels {
-            table.add([channel["name"].text ?? "?", Units.count(channel["subscribers"].int),
-                       Units.count(channel["accounts"].int), Units.count(channel["published"].int),
-                       Units.rate(channel["publishedPerSecond"].double), Units.count(channel["delivered"].int),
-                       Units.ago(channel["lastEventAt"].double, now: now)])
+            var row = [channel["name"].text ?? "?", Units.count(channel["subscribers"].int)]
+            if cluster { row.append(Units.count(channel["clusterSubscribers"].int)) }
+            row += [Units.count(channel["accounts"].int), Units.count(channel["published"].int),
+                    Units.rate(channel["publishedPerSecond"].double), Units.count(channel["delivered"].int),
+                    Units.ago(channel["lastEventAt"].double, now: now)]
+            table.add(row)
         }
-        return table.render(style)
+        return table.render(style) + (cluster ? ["SUBSCRIBERS, ACCOUNTS, PUBLISHED and DELIVERED are this node's; CLUSTER: every live node's subscribers"] : [])
     }
 }

@@ -49,7 +49,8 @@ enum StatusCommand {
         var redis = up ? "up" : style.yellow("DOWN (publishes and new subscribes fail with BROKER_UNAVAILABLE)")
         if !up, let error = c["lastError"].text { redis += ": \(error)" }
         return [
-            ("cluster", "node \(c["node"].text ?? "?"), Redis \(redis), reconnects \(Units.count(c["reconnects"].int))"),
+            ("cluster", "node \(c["node"].text ?? "?"), Redis \(redis), reconnects \(Units.count(c["reconnects"].int))"
+                + (c["nodes"].int.map { "; \($0) live nodes with \(Units.count(c["clusterConnections"].int)) connections" } ?? "")),
             ("fan-out", "\(Units.count(c["received"].int)) messages from Redis (\(Units.count(c["ignored"].int)) for streams not followed here)"
                 + ", gaps \(Units.count(c["gaps"].int)) filled with \(Units.count(c["filledEvents"].int)) events"
                 + ", lost \(Units.count(c["unfillable"].int)); publishes \(Units.count(c["published"].int))"

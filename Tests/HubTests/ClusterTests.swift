@@ -246,6 +246,14 @@ struct ClusterTests {
         let d2 = try TestWebSocket.connect(port: c.nodes[2].port, headers: [("Authorization", "Bearer \(try c.token("acc_D"))")])
         try IntegrationRecoveryTests.subscribe(d2)
         let start = try IntegrationRecoveryTests.position(try IntegrationRecoveryTests.readReplay(d2).reply)
+        // Any node shows the whole cluster (from the registry, refreshed at each heartbeat): node 0 has no client.
+        func clusterSubscribers() -> Int? {
+            let channels = (try? c.nodes[0].request(#"{"op":"channels"}"#))?["channels"] as? [[String: Any]]
+            return channels?.first { $0["name"] as? String == "wallet_updates" }?["clusterSubscribers"] as? Int
+        }
+        #expect(eventually(timeout: 5) { clusterSubscribers() == 2 }, "\(String(describing: clusterSubscribers()))")
+        let cluster = (try c.nodes[0].stats())["cluster"] as? [String: Any]
+        #expect(cluster?["nodes"] as? Int == 3 && cluster?["clusterConnections"] as? Int == 2, "\(String(describing: cluster))")
         #expect(try c.nodes[0].publish(channel: "wallet_updates", account: "acc_D")["delivered"] as? Int == 2)
         #expect(try Self.events(d2, count: 1).count == 1)
         c.nodes[2].stop(signal: SIGKILL)

@@ -84,7 +84,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
     private let log: @Sendable (String) -> Void
     private let stats: Mutex<ClusterStatistics>
     /// The node's description in the registry (a JSON object: listen address, connections…), asked at each heartbeat.
-    private let nodeInfo = Mutex<@Sendable () -> String>({ "{}" })
+    private let nodeInfo = Mutex<@Sendable (@escaping @Sendable (String) -> Void) -> Void>({ $0("{}") })
 
     // Loop thread only.
     private var commands: RedisConnection? = nil
@@ -268,12 +268,18 @@ public final class RedisBroker: Broker, @unchecked Sendable {
             subscriber.send(["PING"]) { _ in }
         }
         guard let commands, commands.state == .ready else { return }
-        let info = nodeInfo.withLock { $0 }()
-        nodes.heartbeat(id: nodeID, info: info, on: commands) { _ in }
+        let provider = nodeInfo.withLock { $0 }
+        provider { [unowned self] info in
+            self.loop.execute { [unowned self] in
+                guard let commands = self.commands, commands.state == .ready else { return }
+                self.nodes.heartbeat(id: self.nodeID, info: info, on: commands) { _ in }
+            }
+        }
     }
 
-    /// What the node says of itself in the registry (JSON object text), asked at each heartbeat.
-    public func setNodeInfo(_ provider: @escaping @Sendable () -> String) {
+    /// What the node says of itself in the registry (JSON object text), asked at each heartbeat (the provider may
+    /// answer from any thread).
+    public func setNodeInfo(_ provider: @escaping @Sendable (@escaping @Sendable (String) -> Void) -> Void) {
         nodeInfo.withLock { $0 = provider }
     }
 

@@ -55,7 +55,10 @@ final class HubCore: Sendable {
         self.descriptorLimit = descriptorLimit
         listenAddressProvider = listenAddress
         self.log = log
-        redisBroker?.setNodeInfo { [weak self] in self?.nodeInfoJSON() ?? "{}" }
+        redisBroker?.setNodeInfo { [weak self] done in
+            guard let self else { return done("{}") }
+            self.nodeInfoJSON(done)
+        }
     }
 
     var isShuttingDown: Bool { shuttingDown.load(ordering: .relaxed) }
@@ -169,6 +172,10 @@ final class HubCore: Sendable {
     // MARK: Admin replies (the fields after "ok":true; docs/PROTOCOL.md 2.2)
 
     func statsJSON(id: RawJSON?, _ done: @escaping @Sendable ([UInt8]) -> Void) {
+        clusterView { [self] view in self.statsJSON(id: id, clusterView: view, done) }
+    }
+
+    private func statsJSON(id: RawJSON?, clusterView: ClusterView?, _ done: @escaping @Sendable ([UInt8]) -> Void) {
         gather({ LoopSnapshot(context: $0, includeLatency: false) }) { [self] snapshots in
             var w = JSONWriter(capacity: 2048)
             SocketReplies.beginOK(into: &w)
@@ -236,6 +243,10 @@ final class HubCore: Sendable {
                 w.field("gaps", cluster.gaps); w.field("filledEvents", cluster.filledEvents); w.field("unfillable", cluster.unfillable)
                 w.field("epochChanges", cluster.epochChanges); w.field("reconnects", cluster.reconnects)
                 w.field("followedStreams", cluster.followedStreams)
+                if let clusterView {
+                    w.field("nodes", clusterView.nodes)
+                    w.field("clusterConnections", clusterView.connections)
+                }
                 w.endObject()
             }
             w.endObject()
@@ -245,9 +256,14 @@ final class HubCore: Sendable {
     }
 
     func channelsJSON(id: RawJSON?, _ done: @escaping @Sendable ([UInt8]) -> Void) {
+        clusterView { [self] cluster in self.channelsJSON(id: id, cluster: cluster, done) }
+    }
+
+    private func channelsJSON(id: RawJSON?, cluster: ClusterView?, _ done: @escaping @Sendable ([UInt8]) -> Void) {
         gather({ ChannelSnapshot(context: $0, channel: nil, account: nil) }) { [self] snapshots in
             var w = JSONWriter(capacity: 1024)
             SocketReplies.beginOK(into: &w)
+            if let cluster { w.field("clusterNodes", cluster.nodes) }
             w.key("channels"); w.beginArray()
             for (i, name) in channelNames.enumerated() {
                 let merged = ChannelSnapshot.merge(snapshots, channel: i)
@@ -255,6 +271,7 @@ final class HubCore: Sendable {
                 w.beginObject()
                 w.field("name", name)
                 w.field("subscribers", merged.subscribers)
+                if let cluster { w.field("clusterSubscribers", cluster.subscriptions[name] ?? 0) }
                 w.field("accounts", merged.accounts.count)
                 w.field("published", ledger?.published ?? 0)
                 w.field("publishedPerSecond", ledger?.rate ?? 0)
@@ -383,18 +400,54 @@ final class HubCore: Sendable {
         }
     }
 
-    /// What this node says of itself in the cluster registry.
-    func nodeInfoJSON() -> String {
-        var w = JSONWriter(capacity: 256)
-        w.beginObject()
-        w.field("listen", listenAddress)
-        w.field("socket", configuration.socketPath)
-        w.field("version", HubVersion.string)
-        w.field("pid", Int(getpid()))
-        w.field("connections", clientCount)
-        w.field("startedAt", startedAt)
-        w.endObject()
-        return String(decoding: w.bytes, as: UTF8.self)
+    /// What this node says of itself in the cluster registry: where it listens, its connections, and its
+    /// subscriptions per channel (so any node can show the whole cluster).
+    func nodeInfoJSON(_ done: @escaping @Sendable (String) -> Void) {
+        gather({ context in (0..<context.hub.channelNames.count).map { context.registry.subscriberCount(channel: $0) } }) { [self] perLoop in
+            var w = JSONWriter(capacity: 256)
+            w.beginObject()
+            w.field("listen", listenAddress)
+            w.field("socket", configuration.socketPath)
+            w.field("version", HubVersion.string)
+            w.field("pid", Int(getpid()))
+            w.field("connections", clientCount)
+            w.field("startedAt", startedAt)
+            w.key("subscriptions"); w.beginObject()
+            for (i, name) in channelNames.enumerated() {
+                w.key(name); w.int(perLoop.reduce(0) { $0 + ($1.indices.contains(i) ? $1[i] : 0) })
+            }
+            w.endObject()
+            w.endObject()
+            done(String(decoding: w.bytes, as: UTF8.self))
+        }
+    }
+
+    /// The live nodes' own counts (cluster mode), for the cluster-wide lines of `stats` and `channels`; nil when this
+    /// hub is not in a cluster or Redis cannot be asked.
+    func clusterView(_ done: @escaping @Sendable (ClusterView?) -> Void) {
+        guard let redisBroker else { return done(nil) }
+        redisBroker.listNodes { result in
+            guard case .success(let nodes) = result else { return done(nil) }
+            var view = ClusterView(nodes: nodes.count)
+            for node in nodes {
+                let info = Array(node.info.utf8)
+                info.withUnsafeBytes { bytes in
+                    try? JSONScanner.forEachMember(in: bytes) { key, value in
+                        let name = JSONScanner.decodeString(key, in: bytes)
+                        if name == "connections", let n = JSONScanner.int64(value, in: bytes) {
+                            view.connections += Int(clamping: n)
+                        } else if name == "subscriptions" {
+                            try? JSONScanner.forEachMember(of: value, in: bytes) { channel, count in
+                                if let n = JSONScanner.int64(count, in: bytes) {
+                                    view.subscriptions[JSONScanner.decodeString(channel, in: bytes), default: 0] += Int(clamping: n)
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            done(view)
+        }
     }
 
     func historyJSON(_ key: StreamKey, since: UInt64, id: RawJSON?) -> [UInt8] {
@@ -654,4 +707,11 @@ func openDescriptorCount() -> Int {
         if name != 0x2E { n += 1 }  // skip "." and ".."
     }
     return n - 1  // the directory stream's own descriptor
+}
+
+/// What the live nodes of a cluster say of themselves in the registry (each refreshed at its heartbeat, every second).
+struct ClusterView: Sendable {
+    var nodes: Int
+    var connections = 0
+    var subscriptions: [String: Int] = [:]
 }
