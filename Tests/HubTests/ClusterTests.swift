@@ -2,6 +2,7 @@ import Foundation
 import Glibc
 import Synchronization
 import Testing
+import WSProtocol
 @testable import Hub
 
 /// Cluster mode through real binaries: three `hub --broker unix://…` processes sharing one real `redis-server`.
@@ -310,5 +311,52 @@ struct ClusterTests {
         #expect(reply.recovered == false && reply.reason == "epoch_changed", "\(reply)")
         #expect(reply.epoch != position.epoch && reply.seq == 0)
         _ = redis
+    }
+
+    /// While a subscribe waits for Redis, the connection reads nothing more; requests the client pipelined behind it
+    /// (in the same TCP write, one split across the pause) are answered afterwards, in order, and events published
+    /// meanwhile arrive after the reply, without gap or duplicate.
+    @Test func requestsPipelinedBehindASubscribeAreAnsweredInOrder() throws {
+        let c = try Self.cluster(2)
+        for n in 1...3 { _ = try c.nodes[0].publish(channel: "wallet_updates", account: "acc_Q", data: #"{"n":\#(n)}"#) }
+        let ws = try TestWebSocket.connect(port: c.nodes[1].port, headers: [("Authorization", "Bearer \(try c.token("acc_Q"))")])
+        var bytes: [UInt8] = []
+        for text in [#"{"type":"subscribe","channels":["wallet_updates"],"id":"a"}"#, #"{"type":"ping","id":7}"#,
+                     #"{"type":"subscribe","channels":["profile_updates"],"id":"b"}"#, #"{"type":"ping","id":8}"#] {
+            bytes += FrameEncoder.clientFrame(opcode: .text, payload: Array(text.utf8), fin: true)
+        }
+        let cut = bytes.count - 5  // the last frame's end arrives later
+        try ws.sendRaw(Array(bytes[..<cut]))
+        // Events published while the first subscribe may still be waiting.
+        let published = DispatchSemaphore(value: 0)
+        let publisher = Thread {
+            for n in 4...6 { _ = try? c.nodes[0].publish(channel: "wallet_updates", account: "acc_Q", data: #"{"n":\#(n)}"#) }
+            published.signal()
+        }
+        publisher.start()
+        usleep(50_000)
+        try ws.sendRaw(Array(bytes[cut...]))
+        #expect(published.wait(timeout: .now() + 10) == .success)
+        var replies: [String] = []
+        var seqs: [Int] = []
+        var position = -1
+        let deadline = Date().addingTimeInterval(10)
+        while (replies.count < 4 || seqs.last != 6) && Date() < deadline {
+            guard let text = try? ws.nextText(timeout: 2) else { break }
+            let object = try parseObject(text)
+            if let type = object["type"] as? String, type == "subscribed" || type == "pong" {
+                replies.append("\(type):\(object["id"] ?? "")")
+                if type == "subscribed", object["id"] as? String == "a" {
+                    position = try IntegrationRecoveryTests.position(object).seq
+                }
+            } else if let seq = object["seq"] as? Int {
+                seqs.append(seq)
+            }
+        }
+        #expect(replies == ["subscribed:a", "pong:7", "subscribed:b", "pong:8"])
+        // Exactly the events after the position the reply gave, once each, in order.
+        #expect(position >= 3 && position <= 6)
+        #expect(seqs == Array(stride(from: position + 1, through: 6, by: 1)), "position \(position), events \(seqs)")
+        #expect(try ws.isQuiet(for: 0.3))
     }
 }
