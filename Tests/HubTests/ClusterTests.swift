@@ -130,6 +130,10 @@ struct ClusterTests {
         #expect(position.recovered == true, "\(reply)")
         #expect(position.epoch == start.epoch)
         #expect(replay.compactMap(Self.seq) == [4, 5, 6, 7, 8])
+        // An operator sees the same history through any node (read from Redis).
+        let history = try c.nodes[1].request(#"{"op":"history","channel":"wallet_updates","account":"acc_R","since":3}"#)["history"] as? [String: Any]
+        #expect((history?["events"] as? [[String: Any]])?.compactMap { $0["seq"] as? Int } == [4, 5, 6, 7, 8], "\(String(describing: history))")
+        #expect(history?["seq"] as? Int == 8)
         // Live again after the replay, with no gap.
         _ = try c.nodes[0].publish(channel: "wallet_updates", account: "acc_R")
         #expect(try Self.events(back, count: 1).first?["seq"] as? Int == 9)

@@ -666,7 +666,31 @@ public final class RedisBroker: Broker, @unchecked Sendable {
 
     // MARK: Views
 
+    /// The synchronous view has nothing: in cluster mode history lives in Redis (see `readHistory`).
     public func history(_ stream: StreamKey, after: UInt64) -> StreamHistory? { nil }
+
+    /// A stream's retained events in Redis with seq > `after` (at most `limit`), for `hubctl history`; nil when
+    /// Redis has no such stream.
+    public func readHistory(_ key: StreamKey, after: UInt64, limit: Int,
+                            completion: @escaping @Sendable (Result<StreamHistory?, BrokerFailure>) -> Void) {
+        loop.execute { [unowned self] in
+            guard let commands = self.commands, commands.state == .ready else {
+                return completion(.failure(BrokerFailure(message: "Redis is unavailable")))
+            }
+            self.streams.read(self.stream(for: key), after: after, limit: limit, on: commands) { [unowned self] result in
+                switch result {
+                case .failure(let error):
+                    completion(.failure(BrokerFailure(message: "Redis: \(error.message)")))
+                case .success(let read):
+                    guard let epoch = read.epoch else { return completion(.success(nil)) }
+                    let events = read.entries.compactMap { entry in
+                        self.frame(key: key, seq: entry.seq, text: entry.event).map { RetainedEvent($0) }
+                    }
+                    completion(.success(StreamHistory(epoch: "\(self.epoch).\(epoch)", seq: read.seq, events: events)))
+                }
+            }
+        }
+    }
 
     public func maintain() {}
 

@@ -451,7 +451,23 @@ final class HubCore: Sendable {
     }
 
     func historyJSON(_ key: StreamKey, since: UInt64, id: RawJSON?) -> [UInt8] {
-        let view = broker.history(key, after: since)
+        historyJSON(view: broker.history(key, after: since), key: key, id: id)
+    }
+
+    /// `history` in cluster mode: the stream's retained events are read from Redis.
+    func clusterHistoryJSON(_ key: StreamKey, since: UInt64, id: RawJSON?, _ done: @escaping @Sendable ([UInt8]) -> Void) {
+        guard let redisBroker else { return done(historyJSON(key, since: since, id: id)) }
+        redisBroker.readHistory(key, after: since, limit: Self.historyPageSize + 1) { [self] result in
+            switch result {
+            case .success(let view):
+                done(historyJSON(view: view, key: key, id: id))
+            case .failure(let failure):
+                done(replyLine { SocketReplies.error(code: .brokerUnavailable, message: failure.message, id: id, into: &$0) })
+            }
+        }
+    }
+
+    private func historyJSON(view: StreamHistory?, key: StreamKey, id: RawJSON?) -> [UInt8] {
         let events = view?.events ?? []
         let shown = events.prefix(Self.historyPageSize)
         var w = JSONWriter(capacity: 256 + 96 * shown.count)

@@ -177,7 +177,12 @@ final class SocketConnection: ConnectionHandler {
             pending(estimate: 4096) { hub, done in hub.nodesJSON(id: id, done) }
         case .history(let channel, let account, let since):
             guard let index = hub.channelIndex[channel] else { return replyUnknownChannel(channel, id: id) }
-            append(Slot(hub.historyJSON(StreamKey(channel: index, account: account), since: since, id: id)))
+            let key = StreamKey(channel: index, account: account)
+            if hub.redisBroker != nil {
+                pending(estimate: 4096) { hub, done in hub.clusterHistoryJSON(key, since: since, id: id, done) }
+            } else {
+                append(Slot(hub.historyJSON(key, since: since, id: id)))
+            }
         case .tail(let channel, let account):
             guard let index = hub.channelIndex[channel] else { return replyUnknownChannel(channel, id: id) }
             submitDrafts()  // publishes before the tail request are not tailed (see `tailAwaitingStart`)
