@@ -6,7 +6,7 @@ import Testing
 /// A node cut off from Redis by a real network partition: node B runs in its own network namespace, reaching Redis
 /// over one veth pair (the link the test takes down) and its clients over another. Needs root and iproute2
 /// (`scripts/test` runs as root in CI; `.ci/run` installs iproute2).
-@Suite(.serialized, .enabled(if: RedisPeer.enabled && PartitionNet.available, "needs redis-server, root and iproute2 (ip netns)"))
+@Suite(.serialized, .enabled(if: RedisPeer.enabled && PartitionNet.available, "needs redis-server, root, iproute2 and network namespaces with veth pairs"))
 struct ClusterPartitionTests {
     @Test func aPartitionedNodeReportsDegradedFailsPublishesClearlyAndCatchesUpWhenHealed() throws {
         let net = try PartitionNet()
@@ -53,7 +53,17 @@ struct ClusterPartitionTests {
 /// Node B's network namespace with two veth pairs: one to Redis (partitioned with netem), one for clients.
 final class PartitionNet {
     static let ip: String = ["/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"].first { access($0, X_OK) == 0 } ?? "/usr/sbin/ip"
-    static var available: Bool { getuid() == 0 && access(ip, X_OK) == 0 }
+    /// Root, iproute2, and a kernel and container that allow network namespaces and veth pairs (probed once).
+    static let available: Bool = {
+        guard getuid() == 0, access(ip, X_OK) == 0 else { return false }
+        let probe = "hubprobe-\(getpid())"
+        guard (try? run(ip, "netns", "add", probe)) != nil else { return false }
+        defer { _ = try? run(ip, "netns", "del", probe) }
+        let link = "hpp\(getpid() % 100_000)"
+        guard (try? run(ip, "link", "add", link, "type", "veth", "peer", "name", link + "n")) != nil else { return false }
+        _ = try? run(ip, "link", "del", link)
+        return true
+    }()
 
     let namespace: String
     let subnet: Int
