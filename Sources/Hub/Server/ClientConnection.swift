@@ -657,11 +657,15 @@ final class ClientConnection: ConnectionHandler {
     /// each stream reaches a loop in seq order, so nothing at or below it can follow.
     private func floorCheck(_ event: PublishedEvent) -> FloorDecision {
         let broadcast = event.account == nil
-        guard let i = floors.firstIndex(where: { $0.channel == event.channel && $0.broadcast == broadcast }) else { return .pass }
-        let floor = floors[i]
-        if floor.seq == Floor.holding { return .hold }
-        if event.seq <= floor.seq { return .skip }
-        floors.remove(at: i)
+        // A stream may have several floors (a channel subscribed again): the highest decides.
+        var highest: UInt64? = nil
+        for floor in floors where floor.channel == event.channel && floor.broadcast == broadcast {
+            if floor.seq == Floor.holding { return .hold }
+            highest = max(highest ?? 0, floor.seq)
+        }
+        guard let highest else { return .pass }
+        if event.seq <= highest { return .skip }
+        floors.removeAll { $0.channel == event.channel && $0.broadcast == broadcast }
         return .pass
     }
 
