@@ -511,7 +511,7 @@ final class ClientConnection: ConnectionHandler {
         floors.removeAll { $0.token == request.token }
         switch result {
         case .success(let positions):
-            finishSubscribe(request, positions)
+            finishSubscribe(request, positions, dropFloorsAfterInbox: false)
             // What arrived meanwhile, in arrival order (seq order per stream), minus what the read already covered.
             for event in held where !isAtOrBelowFloor(event) {
                 guard deliver(frame: event.frame) else { break }
@@ -532,7 +532,11 @@ final class ClientConnection: ConnectionHandler {
     }
 
     /// Writes the replays and the `subscribed` reply for positions just read, and sets the floors.
-    private func finishSubscribe(_ request: PendingSubscribe, _ read: [StreamPosition]) {
+    /// `dropFloorsAfterInbox`: the local broker's read is ordered with this loop's inbox, so the floors can go once
+    /// the inbox has run. A later answer is not: an event at or below the position may still be on its way (Redis
+    /// flushes a pub/sub message and a read reply on different connections in no guaranteed order), so those floors
+    /// go only when an event above them passes (`floorCheck`).
+    private func finishSubscribe(_ request: PendingSubscribe, _ read: [StreamPosition], dropFloorsAfterInbox: Bool = true) {
         guard read.count == 2 * request.indices.count else { return fail(.internalError, reason: "broker answered a different read") }
         let hubEpoch = hub.broker.epoch
         var positions: [ClientReplies.ChannelPosition] = []
@@ -566,8 +570,8 @@ final class ClientConnection: ConnectionHandler {
         }
         reply { w in ClientReplies.subscribed(channels: request.names, positions: positions, id: request.id, into: &w) }
         // Runs after every delivery job that was in this loop's inbox when the positions were read (the inbox is
-        // FIFO): from then on, every event for these streams is above its floor. (For a broker that answered later,
-        // a floor also goes as soon as an event above it passes: see `deliver`.)
+        // FIFO): from then on, every event for these streams is above its floor.
+        guard dropFloorsAfterInbox else { return }
         let me = LoopBound(self)
         let token = request.token
         context.loop.execute { me.value?.dropFloors(upTo: token) }
