@@ -6,7 +6,8 @@ enum ChannelCommand {
         usage: hubctl channel NAME [--account A] [--json]
 
         Detail of one channel: counts, the accounts with the most subscribed connections (at most 10), and the
-        last 20 events, newest first. --account restricts both lists to one account.
+        last 20 events, newest first. --account restricts both lists to one account. In cluster mode (--broker)
+        every other live node's view of the channel follows, under "node ID".
 
         examples:
           hubctl channel wallet_updates
@@ -22,7 +23,10 @@ enum ChannelCommand {
         if context.json { writeStdout(bytes: reply.raw); return }
         let channel = reply.json["channel"]
         guard channel.object != nil else { throw .unexpected("\"channel\" is missing or not an object") }
-        print(render(channel, style: context.style, now: now()).joined(separator: "\n"))
+        let clock = now()
+        var lines = render(channel, style: context.style, now: clock)
+        lines += otherNodesLines(reply.json, style: context.style) { answer in render(answer["channel"], style: context.style, now: clock) }
+        print(lines.joined(separator: "\n"))
     }
 
     static func render(_ channel: JSON, style: Style, now: Double) -> [String] {

@@ -7,6 +7,8 @@ enum ConnectionsCommand {
 
         Open client connections: id, account, remote address, platform, app version, channels, time since
         connecting, queued outbound bytes, messages in/out. The filters combine; --limit defaults to 100.
+        In cluster mode (--broker) every other live node's connections follow, under "node ID" (each node applies
+        the filters and the limit to its own).
 
         examples:
           hubctl connections --account acc_1
@@ -28,7 +30,12 @@ enum ConnectionsCommand {
             throw .unexpected("\"connections\" is missing or not an array")
         }
         let total = reply.json["total"].int ?? connections.count
-        print(render(connections, total: total, style: context.style, now: now()).joined(separator: "\n"))
+        let clock = now()
+        var lines = render(connections, total: total, style: context.style, now: clock)
+        lines += otherNodesLines(reply.json, style: context.style) { answer in
+            render(answer["connections"].array ?? [], total: answer["total"].int ?? 0, style: context.style, now: clock)
+        }
+        print(lines.joined(separator: "\n"))
     }
 
     static func render(_ connections: [JSON], total: Int, style: Style, now: Double) -> [String] {

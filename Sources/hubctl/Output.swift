@@ -162,3 +162,24 @@ func flushOutput() {
 }
 
 func now() -> Double { Date().timeIntervalSince1970 }
+
+/// Cluster mode: the other nodes' replies a hub appended to its own (`"cluster":{"nodes":[…],"missing":[…]}`), each
+/// rendered by `render` under a heading; nothing for a single hub.
+func otherNodesLines(_ reply: JSON, style: Style, render: (JSON) -> [String]) -> [String] {
+    let cluster = reply["cluster"]
+    guard cluster.object != nil else { return [] }
+    var lines: [String] = []
+    for node in cluster["nodes"].array ?? [] {
+        lines.append("")
+        lines.append(style.bold("node \(node["node"].text ?? "?")"))
+        let answer = node["reply"]
+        if answer["ok"].bool == true {
+            lines += render(answer)
+        } else {
+            lines.append("(no answer: \(answer["error"]["message"].text ?? "not valid JSON"))")
+        }
+    }
+    let missing = (cluster["missing"].array ?? []).compactMap(\.text)
+    if !missing.isEmpty { lines += ["", style.yellow("no answer within 2 s from: \(missing.joined(separator: ", "))")] }
+    return lines
+}

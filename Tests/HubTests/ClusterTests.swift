@@ -257,6 +257,17 @@ struct ClusterTests {
             return channels?.first { $0["name"] as? String == "wallet_updates" }?["clusterSubscribers"] as? Int
         }
         #expect(eventually(timeout: 5) { clusterSubscribers() == 2 }, "\(String(describing: clusterSubscribers()))")
+        // connections and channel ask every other node (over Redis) and append their answers.
+        let connections = try c.nodes[0].request(#"{"op":"connections","id":"c"}"#)
+        #expect((connections["connections"] as? [Any])?.count == 0 && connections["id"] as? String == "c")
+        let answers = ((connections["cluster"] as? [String: Any])?["nodes"] as? [[String: Any]]) ?? []
+        #expect(answers.count == 2 && (connections["cluster"] as? [String: Any])?["missing"] as? [Any] != nil, "\(connections)")
+        let accounts = answers.flatMap { (($0["reply"] as? [String: Any])?["connections"] as? [[String: Any]]) ?? [] }.compactMap { $0["account"] as? String }
+        #expect(accounts == ["acc_D", "acc_D"], "\(connections)")
+        let channel = try c.nodes[1].request(#"{"op":"channel","channel":"wallet_updates"}"#)
+        let views = ((channel["cluster"] as? [String: Any])?["nodes"] as? [[String: Any]]) ?? []
+        let subscribers = views.compactMap { (($0["reply"] as? [String: Any])?["channel"] as? [String: Any])?["subscribers"] as? Int }
+        #expect((channel["channel"] as? [String: Any])?["subscribers"] as? Int == 1 && subscribers.sorted() == [0, 1], "\(channel)")
         let cluster = (try c.nodes[0].stats())["cluster"] as? [String: Any]
         #expect(cluster?["nodes"] as? Int == 3 && cluster?["clusterConnections"] as? Int == 2, "\(String(describing: cluster))")
         #expect(try c.nodes[0].publish(channel: "wallet_updates", account: "acc_D")["delivered"] as? Int == 2)

@@ -95,6 +95,23 @@ public final class RedisBroker: Broker, @unchecked Sendable {
     private var heartbeatTimer = TimerHandle.none
     private var writer = JSONWriter(capacity: 4096)
     private var wasReady = false
+    /// Admin requests this node asked the others (`ask`), by request id.
+    private var asking: [UInt64: Asking] = [:]
+    private var nextAskID: UInt64 = 0
+    /// Answers another node's admin request with this node's own view (set by the hub).
+    private let controlHandler = Mutex<@Sendable ([UInt8], @escaping @Sendable ([UInt8]) -> Void) -> Void>({ _, done in done([]) })
+
+    private final class Asking {
+        var waiting: Set<String>
+        var replies: [(node: String, reply: [UInt8])] = []
+        let completion: @Sendable ([(node: String, reply: [UInt8])], [String]) -> Void
+        var timer = TimerHandle.none
+
+        init(waiting: Set<String>, completion: @escaping @Sendable ([(node: String, reply: [UInt8])], [String]) -> Void) {
+            self.waiting = waiting
+            self.completion = completion
+        }
+    }
 
     /// What the node knows of a stream some of its connections follow.
     private final class Follow {
@@ -207,12 +224,12 @@ public final class RedisBroker: Broker, @unchecked Sendable {
         let channels: [String]
         switch options.layout {
         case .shards:
-            channels = streams.fanoutChannels
+            channels = streams.fanoutChannels + [controlChannel]
         case .streams:
             for follow in followed.values { follow.confirmed = false }
-            channels = followed.values.map { streams.streamChannel($0.stream) }
+            channels = [controlChannel] + followed.values.map { streams.streamChannel($0.stream) }
         }
-        let what = options.layout == .shards ? "\(channels.count) fan-out channels" : "\(channels.count) stream channels"
+        let what = options.layout == .shards ? "\(channels.count - 1) fan-out channels" : "\(channels.count - 1) stream channels"
         let confirmedNow = Array(followed.values)
         subscribeChunked(channels, on: subscriber) { [unowned self] error in
             if let error {
@@ -379,6 +396,9 @@ public final class RedisBroker: Broker, @unchecked Sendable {
     // MARK: Fan-out (loop thread)
 
     private func received(_ push: RESPValue) {
+        if case .push(let items) = push, items.count == 3, items[1].string == controlChannel, case .bulk(let payload) = items[2] {
+            return control(payload)
+        }
         guard let message = streams.message(from: push) else { return }
         stats.withLock { $0.received += 1 }
         guard let follow = followed[message.streamID] else {
@@ -661,6 +681,73 @@ public final class RedisBroker: Broker, @unchecked Sendable {
             }
             let count = self.followed.count
             self.stats.withLock { $0.followedStreams = count }
+        }
+    }
+
+    // MARK: Asking the other nodes (cluster-wide admin views)
+
+    /// This node's control channel: other nodes publish admin requests to it, and their answers to its own.
+    private var controlChannel: String { "\(options.prefix):ctl:\(nodeID)" }
+
+    /// How this node answers another node's admin request (`request`: an admin request line; `done`: its reply).
+    public func setControlHandler(_ handler: @escaping @Sendable ([UInt8], @escaping @Sendable ([UInt8]) -> Void) -> Void) {
+        controlHandler.withLock { $0 = handler }
+    }
+
+    /// Sends an admin request line to every other live node and collects their replies; `completion` gets them
+    /// (sorted by node) and the nodes that did not answer within `timeout`. Without Redis: no replies, no nodes.
+    public func ask(_ request: [UInt8], timeout: Duration = .seconds(2),
+                    completion: @escaping @Sendable ([(node: String, reply: [UInt8])], [String]) -> Void) {
+        listNodes { [unowned self] result in
+            let others = ((try? result.get()) ?? []).map(\.id).filter { $0 != self.nodeID }
+            self.loop.execute { [unowned self] in
+                guard !others.isEmpty, let commands = self.commands, commands.state == .ready else { return completion([], others) }
+                self.nextAskID += 1
+                let id = self.nextAskID
+                let asking = Asking(waiting: Set(others), completion: completion)
+                self.asking[id] = asking
+                asking.timer = self.loop.schedule(after: timeout) { [unowned self] in self.finishAsking(id) }
+                let message = "REQ\n\(id)\n\(self.nodeID)\n" + String(decoding: request, as: UTF8.self)
+                for node in others {
+                    commands.send(["PUBLISH", "\(self.options.prefix):ctl:\(node)", message]) { _ in }
+                }
+            }
+        }
+    }
+
+    private func finishAsking(_ id: UInt64) {
+        guard let asking = asking.removeValue(forKey: id) else { return }
+        _ = loop.cancel(asking.timer)
+        asking.completion(asking.replies.sorted { $0.node < $1.node }, asking.waiting.sorted())
+    }
+
+    /// A message on this node's control channel: `REQ \n ID \n FROM \n LINE` or `REP \n ID \n FROM \n REPLY`.
+    private func control(_ payload: [UInt8]) {
+        var fields: [ArraySlice<UInt8>] = []
+        var start = payload.startIndex
+        for i in payload.indices where fields.count < 3 && payload[i] == 0x0A {
+            fields.append(payload[start..<i])
+            start = i + 1
+        }
+        guard fields.count == 3, let id = UInt64(String(decoding: fields[1], as: UTF8.self)) else { return }
+        let from = String(decoding: fields[2], as: UTF8.self)
+        let body = Array(payload[start...])
+        switch String(decoding: fields[0], as: UTF8.self) {
+        case "REQ":
+            let handler = controlHandler.withLock { $0 }
+            handler(body) { [unowned self] reply in
+                self.loop.execute { [unowned self] in
+                    guard let commands = self.commands, commands.state == .ready else { return }
+                    let message = "REP\n\(id)\n\(self.nodeID)\n" + String(decoding: reply, as: UTF8.self)
+                    commands.send(["PUBLISH", "\(self.options.prefix):ctl:\(from)", message]) { _ in }
+                }
+            }
+        case "REP":
+            guard let asking = asking[id], asking.waiting.remove(from) != nil else { return }
+            asking.replies.append((from, body))
+            if asking.waiting.isEmpty { finishAsking(id) }
+        default:
+            return
         }
     }
 

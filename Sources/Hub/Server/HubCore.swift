@@ -55,6 +55,10 @@ final class HubCore: Sendable {
         self.descriptorLimit = descriptorLimit
         listenAddressProvider = listenAddress
         self.log = log
+        redisBroker?.setControlHandler { [weak self] line, done in
+            guard let self else { return done([]) }
+            self.answerOtherNode(line, done)
+        }
         redisBroker?.setNodeInfo { [weak self] done in
             guard let self else { return done("{}") }
             self.nodeInfoJSON(done)
@@ -419,6 +423,66 @@ final class HubCore: Sendable {
             w.endObject()
             w.endObject()
             done(String(decoding: w.bytes, as: UTF8.self))
+        }
+    }
+
+    /// Cluster mode: `local` (an admin reply of this node) with the same request's replies from every other live node
+    /// appended as `"cluster":{"nodes":[{"node":ID,"reply":{…}}],"missing":[IDs that did not answer in 2 s]}`.
+    /// Without a cluster, `local` unchanged.
+    func withOtherNodes(_ local: [UInt8], asking request: [UInt8], _ done: @escaping @Sendable ([UInt8]) -> Void) {
+        guard let redisBroker, local.count >= 2, local[local.count - 2] == UInt8(ascii: "}"), local.last == 0x0A,
+              local.starts(with: Array(#"{"ok":true"#.utf8)) else { return done(local) }
+        redisBroker.ask(request) { replies, missing in
+            func quoted(_ text: String) -> [UInt8] {
+                var w = JSONWriter(capacity: text.utf8.count + 8)
+                w.string(text)
+                return w.takeBytes()
+            }
+            var out = Array(local.dropLast(2))
+            out += Array(#","cluster":{"nodes":["#.utf8)
+            for (i, (node, reply)) in replies.enumerated() {
+                if i > 0 { out.append(UInt8(ascii: ",")) }
+                out += Array(#"{"node":"#.utf8) + quoted(node) + Array(#","reply":"#.utf8)
+                var body = reply
+                while body.last == 0x0A || body.last == 0x0D { body.removeLast() }
+                // Another node's words: embedded only if they are valid JSON.
+                let valid = body.withUnsafeBytes { (try? JSONScanner.validate($0)) != nil }
+                out += valid ? body : Array("null".utf8)
+                out.append(UInt8(ascii: "}"))
+            }
+            out += Array(#"],"missing":["#.utf8)
+            for (i, node) in missing.enumerated() {
+                if i > 0 { out.append(UInt8(ascii: ",")) }
+                out += quoted(node)
+            }
+            out += Array("]}}\n".utf8)
+            done(out)
+        }
+    }
+
+    /// Another node asks for this node's own view (cluster-wide `connections` and `channel`): answered like a local
+    /// admin request, without asking further.
+    private func answerOtherNode(_ line: [UInt8], _ done: @escaping @Sendable ([UInt8]) -> Void) {
+        let parsed: ParsedSocketRequest
+        do {
+            parsed = try SocketRequest.parse(line: line)
+        } catch {
+            return done(replyLine { SocketReplies.error(error, into: &$0) })
+        }
+        switch parsed.request {
+        case .connections(let account, let channel, let limit):
+            let index = channel.flatMap { channelIndex[$0] }
+            if channel != nil && index == nil {
+                return done(replyLine { SocketReplies.error(code: .unknownChannel, message: "channel is not configured on this node", id: nil, into: &$0) })
+            }
+            connectionsJSON(account: account, channel: index, limit: limit, id: nil, done)
+        case .channel(let name, let account):
+            guard let index = channelIndex[name] else {
+                return done(replyLine { SocketReplies.error(code: .unknownChannel, message: "channel is not configured on this node", id: nil, into: &$0) })
+            }
+            channelJSON(index, account: account, id: nil, done)
+        default:
+            done(replyLine { SocketReplies.error(code: .unknownOp, message: "nodes answer only connections and channel", id: nil, into: &$0) })
         }
     }
 

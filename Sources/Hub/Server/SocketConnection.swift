@@ -150,7 +150,10 @@ final class SocketConnection: ConnectionHandler {
             pending(estimate: 64 + 192 * hub.channelNames.count) { hub, done in hub.channelsJSON(id: id, done) }
         case .channel(let name, let account):
             guard let index = hub.channelIndex[name] else { return replyUnknownChannel(name, id: id) }
-            pending(estimate: 4096) { hub, done in hub.channelJSON(index, account: account, id: id, done) }
+            let request = Array(line)  // cluster mode: the other nodes are asked the same
+            pending(estimate: 4096) { hub, done in
+                hub.channelJSON(index, account: account, id: id) { local in hub.withOtherNodes(local, asking: request, done) }
+            }
         case .connections(let account, let channel, let limit):
             var channelIndex: Int? = nil
             if let channel {
@@ -158,8 +161,11 @@ final class SocketConnection: ConnectionHandler {
                 channelIndex = index
             }
             // About 250 bytes per listed connection.
+            let request = Array(line)  // cluster mode: the other nodes are asked the same
             pending(estimate: 64 + 320 * min(limit, hub.clientCount)) { hub, done in
-                hub.connectionsJSON(account: account, channel: channelIndex, limit: limit, id: id, done)
+                hub.connectionsJSON(account: account, channel: channelIndex, limit: limit, id: id) { local in
+                    hub.withOtherNodes(local, asking: request, done)
+                }
             }
         case .disconnect(let target, let code, let reason):
             pending(estimate: Self.minimumWeight) { hub, done in
