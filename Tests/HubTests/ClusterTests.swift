@@ -40,6 +40,11 @@ struct ClusterTests {
         return Cluster(redis: redis, nodes: nodes)
     }
 
+    /// `/healthz` answers 200: the node is connected to Redis and subscribed.
+    static func healthy(_ node: HubProcess) -> Bool {
+        (try? rawHTTP(port: node.port, "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))?.status == 200
+    }
+
     /// (seq, account-or-broadcast marker) of an event text.
     static func seq(_ text: String) -> Int? { IntegrationRecoveryTests.seqOf(text)?.seq }
 
@@ -179,7 +184,7 @@ struct ClusterTests {
             return true
         }
         #expect(published)
-        #expect(health(c.nodes[1])?.status == 200)
+        #expect(eventually(timeout: 10) { health(c.nodes[1])?.status == 200 })
         let seqs = try Self.events(ws, count: acknowledged.count).compactMap { $0["seq"] as? Int }
         #expect(seqs == acknowledged, "the client got \(seqs), acknowledged \(acknowledged)")
         #expect(acknowledged == Array(1...acknowledged.count), "numbering continued across the Redis restart: \(acknowledged)")
@@ -320,6 +325,8 @@ struct ClusterTests {
         let close = try ws.expectClose(timeout: 15)
         #expect(close.code == 1012, "\(close)")
         #expect(c.nodes[1].log.contains("restarted its numbering"))
+        // As an app would after BROKER_UNAVAILABLE: wait until the node is back on Redis (it retries with backoff).
+        #expect(eventually(timeout: 15) { Self.healthy(c.nodes[0]) }, "\(c.nodes[0].log)")
         let back = try TestWebSocket.connect(port: c.nodes[0].port, headers: [("Authorization", "Bearer \(try c.token("acc_L"))")])
         try IntegrationRecoveryTests.subscribe(back, since: position)
         let reply = try IntegrationRecoveryTests.position(try IntegrationRecoveryTests.readReplay(back).reply)

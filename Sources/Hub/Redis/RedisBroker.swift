@@ -80,6 +80,9 @@ public final class RedisBroker: Broker, @unchecked Sendable {
     private let streams: RedisStreams
     private let nodes: RedisNodes
     public let nodeID: String
+    /// This node's control channel: other nodes publish admin requests to it, and their answers to its own.
+    private let controlChannel: String
+    private let controlChannelBytes: [UInt8]
     let loop: EventLoop
     private let log: @Sendable (String) -> Void
     private let stats: Mutex<ClusterStatistics>
@@ -95,6 +98,13 @@ public final class RedisBroker: Broker, @unchecked Sendable {
     private var heartbeatTimer = TimerHandle.none
     private var writer = JSONWriter(capacity: 4096)
     private var wasReady = false
+    /// Candidate epochs for streams this node may create: a random prefix per process and a counter, so each is
+    /// unique without a random draw per publish.
+    private let epochPrefix = RedisBroker.randomToken(bytes: 6)
+    private var epochCounter: UInt64 = 0
+    /// Fan-out counters kept on the loop thread, copied into `stats` at each heartbeat (not locked per message).
+    private var receivedCount = 0
+    private var ignoredCount = 0
     /// Admin requests this node asked the others (`ask`), by request id.
     private var asking: [UInt64: Asking] = [:]
     private var nextAskID: UInt64 = 0
@@ -145,6 +155,8 @@ public final class RedisBroker: Broker, @unchecked Sendable {
                                ttlMillis: options.historyTTLMillis, sharded: options.sharded, layout: options.layout)
         nodes = RedisNodes(prefix: options.prefix, staleMillis: options.staleMillis)
         nodeID = Self.randomToken(bytes: 6)
+        controlChannel = "\(options.prefix):ctl:\(nodeID)"
+        controlChannelBytes = Array(controlChannel.utf8)
         self.log = log
         var s = ClusterStatistics()
         s.nodeID = nodeID
@@ -155,6 +167,12 @@ public final class RedisBroker: Broker, @unchecked Sendable {
     /// Connects to Redis and joins the cluster (once the hub listens, so its first heartbeat says where).
     public func start() {
         loop.execute { [unowned self] in self.startOnLoop() }
+    }
+
+    /// A fresh candidate epoch (loop thread): `<prefix>-<counter in base 36>`, never with a ".".
+    private func candidateEpoch() -> String {
+        epochCounter += 1
+        return epochPrefix + "-" + String(epochCounter, radix: 36)
     }
 
     static func randomToken(bytes: Int) -> String {
@@ -276,6 +294,8 @@ public final class RedisBroker: Broker, @unchecked Sendable {
     }
 
     private func heartbeat() {
+        let (received, ignored) = (receivedCount, ignoredCount)
+        stats.withLock { $0.received = received; $0.ignored = ignored }
         // A partition shows no error on a quiet TCP connection: a connection that owes replies and has heard
         // nothing for `stallMillis` is closed (publishes waiting on it fail with BROKER_UNAVAILABLE) and reconnects.
         // The subscriber gets a PING each beat, so it always owes something while it lives.
@@ -358,7 +378,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
             return
         }
         for (i, item) in items.enumerated() {
-            streams.publish(item.text, to: item.stream, candidateEpoch: Self.randomToken(bytes: 8), idempotencyKey: item.idempotencyKey,
+            streams.publish(item.text, to: item.stream, candidateEpoch: candidateEpoch(), idempotencyKey: item.idempotencyKey,
                             windowMillis: options.idempotencyWindowMillis, liveness: options.sharded ? nil : nodes, on: commands) { [unowned self] result in
                 switch result {
                 case .success(let n):
@@ -396,13 +416,14 @@ public final class RedisBroker: Broker, @unchecked Sendable {
     // MARK: Fan-out (loop thread)
 
     private func received(_ push: RESPValue) {
-        if case .push(let items) = push, items.count == 3, items[1].string == controlChannel, case .bulk(let payload) = items[2] {
+        if case .push(let items) = push, items.count == 3, case .bulk(let channel) = items[1], channel == controlChannelBytes,
+           case .bulk(let payload) = items[2] {
             return control(payload)
         }
         guard let message = streams.message(from: push) else { return }
-        stats.withLock { $0.received += 1 }
+        receivedCount += 1
         guard let follow = followed[message.streamID] else {
-            stats.withLock { $0.ignored += 1 }
+            ignoredCount += 1
             return
         }
         accept(message, follow)
@@ -594,7 +615,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
             let stream = self.stream(for: read.stream)
             let limit = read.resume == nil ? 0 : read.limit + 1
             streams.read(stream, after: read.resume?.seq ?? 0, limit: limit,
-                         createEpoch: read.follow ? Self.randomToken(bytes: 8) : nil, on: commands) { [unowned self] result in
+                         createEpoch: read.follow ? candidateEpoch() : nil, on: commands) { [unowned self] result in
                 switch result {
                 case .success(let r):
                     positions[i] = self.position(read, r)
@@ -686,8 +707,6 @@ public final class RedisBroker: Broker, @unchecked Sendable {
 
     // MARK: Asking the other nodes (cluster-wide admin views)
 
-    /// This node's control channel: other nodes publish admin requests to it, and their answers to its own.
-    private var controlChannel: String { "\(options.prefix):ctl:\(nodeID)" }
 
     /// How this node answers another node's admin request (`request`: an admin request line; `done`: its reply).
     public func setControlHandler(_ handler: @escaping @Sendable ([UInt8], @escaping @Sendable ([UInt8]) -> Void) -> Void) {
