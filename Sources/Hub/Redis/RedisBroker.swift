@@ -62,7 +62,7 @@ public struct ClusterStatistics: Sendable {
 /// The cluster broker: numbering, history and fan-out through Redis (see `RedisStreams` for the keys and scripts),
 /// behind the same `Broker` calls as `LocalBroker`.
 ///
-/// It runs on its own event loop with two Redis connections: one for commands (publish scripts, reads, presence,
+/// It runs on one of the hub's event loops (loop 0) with two Redis connections: one for commands (publish scripts, reads, presence,
 /// heartbeats) and one subscribed to every shard's fan-out channel. Every node receives every event and delivers it
 /// only to the connections it has for that stream (the loops' registries decide, as for local events).
 ///
@@ -93,7 +93,8 @@ public final class RedisBroker: Broker, @unchecked Sendable {
     private var commands: RedisConnection? = nil
     private var subscriber: RedisConnection? = nil
     private var followed: [String: Follow] = [:]
-    private var outgoing: [PublishedEvent] = []
+    /// Events to hand to each loop at the next flush (index: the loop's, as in `shards`).
+    private var outgoing: [[PublishedEvent]] = []
     private var flushScheduled = false
     private var heartbeatTimer = TimerHandle.none
     private var writer = JSONWriter(capacity: 4096)
@@ -128,6 +129,8 @@ public final class RedisBroker: Broker, @unchecked Sendable {
         let key: StreamKey
         let stream: RedisStreams.Stream
         var followers = 0
+        /// Followers per loop (index: the loop's; a follower on an unknown loop counts on every loop).
+        var perLoop: [Int]
         var epoch: String? = nil
         /// The last seq delivered to the loops (nil: not known yet; the first read or message sets it).
         var lastSeq: UInt64? = nil
@@ -137,14 +140,26 @@ public final class RedisBroker: Broker, @unchecked Sendable {
         var confirmed = false
         var parked: [RedisStreams.Message] = []
 
-        init(key: StreamKey, stream: RedisStreams.Stream) {
+        init(key: StreamKey, stream: RedisStreams.Stream, loops: Int) {
             self.key = key
             self.stream = stream
+            perLoop = Array(repeating: 0, count: loops)
+        }
+
+        func add(loop: Int, _ n: Int) {
+            followers += n
+            if perLoop.indices.contains(loop) {
+                perLoop[loop] += n
+            } else {
+                for i in perLoop.indices { perLoop[i] += n }
+            }
         }
     }
 
-    public init(channelNames: [String], shards: [any FanoutShard], options: RedisBrokerOptions,
-                log: @escaping @Sendable (String) -> Void) throws(SyscallError) {
+    /// `loop`: where the Redis connections and the broker's state live. The hub passes its loop 0, which also holds
+    /// the Unix-socket connections: a publish goes to Redis and its reply comes back without changing threads.
+    public init(channelNames: [String], shards: [any FanoutShard], options: RedisBrokerOptions, loop: EventLoop,
+                log: @escaping @Sendable (String) -> Void) {
         self.channelNames = channelNames
         var index: [String: Int] = [:]
         for (i, name) in channelNames.enumerated() { index[name] = i }
@@ -161,7 +176,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
         var s = ClusterStatistics()
         s.nodeID = nodeID
         stats = Mutex(s)
-        loop = try EventLoop(index: 1000)
+        self.loop = loop
     }
 
     /// Connects to Redis and joins the cluster (once the hub listens, so its first heartbeat says where).
@@ -200,7 +215,8 @@ public final class RedisBroker: Broker, @unchecked Sendable {
         log("cluster: node \(nodeID) using Redis at \(options.endpoint) (\(layout)" + (options.sharded ? ", sharded pub/sub)" : ")"))
     }
 
-    /// Leaves the registry and removes this node's presence, then closes (bounded: waits at most `timeout`).
+    /// Leaves the registry and removes this node's presence, then closes its Redis connections (bounded: waits at
+    /// most `timeout`). Call it from outside the loop, while the loop still runs.
     public func shutdown(timeout: Duration = .seconds(2)) {
         let done = DispatchSemaphore(value: 0)
         loop.execute { [unowned self] in
@@ -217,8 +233,6 @@ public final class RedisBroker: Broker, @unchecked Sendable {
             self.commands?.close()
             self.subscriber?.close()
         }
-        loop.stop()
-        loop.join()
     }
 
     private func commandsReady() {
@@ -344,6 +358,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
                         text: Self.eventText(type: draft.type, wallMillis: wallMillis, data: draft.data),
                         idempotencyKey: draft.idempotencyKey?.string)
         }
+        if loop.inEventLoop { return publishOnLoop(items, completion: completion) }
         let box = LoopOwned(items)
         loop.execute { [unowned self] in self.publishOnLoop(box.value, completion: completion) }
     }
@@ -455,7 +470,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
             }
         }
         follow.lastSeq = message.seq
-        emit(follow.key, seq: message.seq, text: message.event)
+        emit(follow, seq: message.seq, text: message.event)
     }
 
     /// Reads what the stream has after the node's last seq, delivers it, then the parked messages.
@@ -483,7 +498,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
                             self.stats.withLock { $0.unfillable += Int(entry.seq - last - 1) }
                         }
                         follow.lastSeq = entry.seq
-                        self.emit(follow.key, seq: entry.seq, text: entry.event)
+                        self.emit(follow, seq: entry.seq, text: entry.event)
                         self.stats.withLock { $0.filledEvents += 1 }
                     }
                 }
@@ -521,22 +536,24 @@ public final class RedisBroker: Broker, @unchecked Sendable {
         }
     }
 
-    private func emit(_ key: StreamKey, seq: UInt64, text: String) {
-        guard let event = frame(key: key, seq: seq, text: text) else { return }
-        outgoing.append(event)
+    private func emit(_ follow: Follow, seq: UInt64, text: String) {
+        // Only the loops that have followers of the stream (none once nobody here follows it).
+        guard follow.followers > 0, let event = frame(key: follow.key, seq: seq, text: text) else { return }
+        if outgoing.count != shards.count { outgoing = Array(repeating: [], count: shards.count) }
+        for (i, n) in follow.perLoop.enumerated() where n > 0 { outgoing[i].append(event) }
         if !flushScheduled {
             flushScheduled = true
             loop.execute { [unowned self] in self.flush() }
         }
     }
 
-    /// One batch per loop for everything received in one pass.
+    /// One batch per loop for everything received in one pass, to the loops that have followers of those streams.
     private func flush() {
         flushScheduled = false
-        guard !outgoing.isEmpty else { return }
-        let batch = EventBatch(events: outgoing)
-        outgoing = []
-        for shard in shards { shard.deliver(batch) { _ in } }
+        for i in outgoing.indices where !outgoing[i].isEmpty {
+            shards[i].deliver(EventBatch(events: outgoing[i])) { _ in }
+            outgoing[i] = []
+        }
     }
 
     /// The WebSocket frame of an event from its Redis text (`TYPE \n WALL_MS \n DATA`); nil for text that is not one.
@@ -574,7 +591,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
 
     private func attachOnLoop(_ reads: [StreamRead], completion: @escaping @Sendable (Result<[StreamPosition], BrokerFailure>) -> Void) {
         // Following starts now, before the read is sent: every message numbered after the read reaches the loops.
-        for read in reads where read.follow { follow(read.stream) }
+        for read in reads where read.follow { follow(read.stream, loop: read.loop) }
         guard let commands, commands.state == .ready else {
             completion(.failure(BrokerFailure(message: "Redis is unavailable; subscribe again shortly")))
             return
@@ -665,31 +682,31 @@ public final class RedisBroker: Broker, @unchecked Sendable {
         return position
     }
 
-    private func follow(_ key: StreamKey) {
+    private func follow(_ key: StreamKey, loop: Int) {
         let stream = self.stream(for: key)
         let id = stream.idForLookup
         let follow: Follow
         if let existing = followed[id] {
             follow = existing
         } else {
-            follow = Follow(key: key, stream: stream)
+            follow = Follow(key: key, stream: stream, loops: shards.count)
             followed[id] = follow
             stats.withLock { $0.followedStreams = followed.count }
         }
-        follow.followers += 1
+        follow.add(loop: loop, 1)
         if let commands, commands.state == .ready {
             streams.setPresence(stream, node: nodeID, count: follow.followers, on: commands)
         }
     }
 
-    public func detach(_ keys: [StreamKey]) {
+    public func detach(_ keys: [StreamKey], loop index: Int) {
         guard !keys.isEmpty else { return }
         loop.execute { [unowned self] in
             for key in keys {
                 let stream = self.stream(for: key)
                 let id = stream.idForLookup
                 guard let follow = self.followed[id] else { continue }
-                follow.followers -= 1
+                follow.add(loop: index, -1)
                 if follow.followers <= 0 {
                     self.followed[id] = nil
                     if self.options.layout == .streams, let subscriber = self.subscriber, subscriber.state == .ready {

@@ -128,12 +128,16 @@ public struct StreamRead: Sendable {
     public var resume: ResumePoint?
     /// At most this many events are replayed.
     public var limit: Int
+    /// The index of the loop the connection lives on (-1: unknown), so a broker can send a stream's events only to
+    /// the loops that have followers of it.
+    public var loop: Int
 
-    public init(stream: StreamKey, follow: Bool, resume: ResumePoint?, limit: Int) {
+    public init(stream: StreamKey, follow: Bool, resume: ResumePoint?, limit: Int, loop: Int = -1) {
         self.stream = stream
         self.follow = follow
         self.resume = resume
         self.limit = limit
+        self.loop = loop
     }
 }
 
@@ -198,8 +202,8 @@ public protocol Broker: Sendable {
     /// whether the read succeeded or not.
     func attach(_ reads: [StreamRead], completion: @escaping @Sendable (Result<[StreamPosition], BrokerFailure>) -> Void) -> [StreamPosition]?
 
-    /// Connections stopped following these streams (one call per `follow: true` read).
-    func detach(_ streams: [StreamKey])
+    /// Connections on loop `loop` stopped following these streams (one call per `follow: true` read).
+    func detach(_ streams: [StreamKey], loop: Int)
 
     /// The retained events of a stream with seq > `after` (nil when the broker has no such stream).
     func history(_ stream: StreamKey, after: UInt64) -> StreamHistory?
@@ -379,6 +383,8 @@ public final class LocalBroker: Broker {
             }
         }
     }
+
+    public func detach(_ streams: [StreamKey], loop: Int) { detach(streams) }
 
     public func detach(_ streams: [StreamKey]) {
         guard !streams.isEmpty else { return }

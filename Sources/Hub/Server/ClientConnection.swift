@@ -462,9 +462,11 @@ final class ClientConnection: ConnectionHandler {
             request.knownEpoch.append(epochs != nil)
             let max = configuration.recoveryMax
             reads.append(StreamRead(stream: StreamKey(channel: index, account: account), follow: follow,
-                                    resume: epochs.map { ResumePoint(epoch: $0.account, seq: position?.seq ?? 0) }, limit: max))
+                                    resume: epochs.map { ResumePoint(epoch: $0.account, seq: position?.seq ?? 0) }, limit: max,
+                                    loop: context.loop.index))
             reads.append(StreamRead(stream: StreamKey(channel: index, account: nil), follow: follow,
-                                    resume: epochs.map { ResumePoint(epoch: $0.broadcast, seq: position?.broadcastSeq ?? 0) }, limit: max))
+                                    resume: epochs.map { ResumePoint(epoch: $0.broadcast, seq: position?.broadcastSeq ?? 0) }, limit: max,
+                                    loop: context.loop.index))
         }
         for index in added {
             context.registry.subscribe(self, account: account, channel: index)
@@ -525,7 +527,7 @@ final class ClientConnection: ConnectionHandler {
                 left.append(StreamKey(channel: index, account: account))
                 left.append(StreamKey(channel: index, account: nil))
             }
-            hub.broker.detach(left)
+            hub.broker.detach(left, loop: context.loop.index)
             reply { w in ClientReplies.error(code: failure.code, message: failure.message, details: nil, id: request.id, into: &w) }
         }
         connection?.resumeReading()
@@ -608,7 +610,7 @@ final class ClientConnection: ConnectionHandler {
                 left.append(StreamKey(channel: index, account: nil))
             }
         }
-        hub.broker.detach(left)
+        hub.broker.detach(left, loop: context.loop.index)
         reply { w in ClientReplies.unsubscribed(channels: names, id: id, into: &w) }
     }
 
@@ -780,7 +782,7 @@ final class ClientConnection: ConnectionHandler {
         floors.removeAll()
         held = []
         heldBytes = 0
-        hub.broker.detach(left)
+        hub.broker.detach(left, loop: context.loop.index)
     }
 
     // MARK: Timers

@@ -139,10 +139,7 @@ final class HubCore: Sendable {
     /// At the end of a graceful stop, once the loops have stopped: writes the epoch, every stream's numbering, the
     /// history and the idempotency keys to the state directory for the next start.
     func saveState() {
-        guard let localBroker else {
-            redisBroker?.shutdown()
-            return
-        }
+        guard let localBroker else { return }  // cluster mode: nothing to save (RedisBroker.shutdown left the cluster)
         let saved = localBroker.exportState()
         let bytes = StateFile.encode(saved)
         do throws(StateFile.Invalid) {

@@ -38,13 +38,8 @@ public final class HubServer: Sendable {
 
         var redisBroker: RedisBroker? = nil
         if let endpoint = configuration.broker {
-            do {
-                redisBroker = try RedisBroker(channelNames: configuration.channels, shards: contexts.map { LoopShard(context: $0) },
-                                              options: configuration.redisBrokerOptions(endpoint), log: log)
-            } catch {
-                group.shutdown()
-                throw StartError("cannot start the cluster broker: \(error)")
-            }
+            redisBroker = RedisBroker(channelNames: configuration.channels, shards: contexts.map { LoopShard(context: $0) },
+                                      options: configuration.redisBrokerOptions(endpoint), loop: group.loops[0], log: log)
         }
         // In cluster mode numbering and history live in Redis: no state file.
         let saved = redisBroker == nil ? StateFile.load(directory: configuration.stateDirectory, log: log) : nil
@@ -153,6 +148,8 @@ public final class HubServer: Sendable {
         }
         let remaining = core.clientCount
         if remaining > 0 { core.log("shutdown: \(remaining) connections did not finish the close handshake in time; closing them") }
+        // Cluster mode: leave the node registry and drop this node's presence while its loop still runs.
+        core.redisBroker?.shutdown()
         group.shutdown()
         core.saveState()
         core.log("hub stopped")
