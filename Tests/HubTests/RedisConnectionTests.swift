@@ -210,6 +210,28 @@ struct RedisConnectionTests {
         #expect(try r.call(["HGETALL", "h"]).get() == .map([.bulk(Array("f".utf8)), .bulk(Array("v".utf8))]))
     }
 
+    @Test("a connection owing replies that hears nothing is closed by closeIfStalled, fails what it owed, and reconnects",
+          .enabled(if: RedisPeer.enabled, RedisPeer.skipReason))
+    func stall() throws {
+        let server = try RedisServer()
+        let r = try RedisOnLoop(unix(server))
+        #expect(r.waitFor { r.readyCount == 1 }, "\(r.log)")
+        let pid = server.process.process.processIdentifier
+        // Nothing owed: never stalled, however quiet.
+        #expect(try r.onLoop { redis, done in done(redis.closeIfStalled(after: .milliseconds(1))) } == false)
+        kill(pid, SIGSTOP)  // Redis hangs: no error on the socket, just silence
+        defer { kill(pid, SIGCONT) }
+        r.sendAndRecord(["PING"])
+        usleep(100_000)
+        #expect(try r.onLoop { redis, done in done(redis.closeIfStalled(after: .seconds(5))) } == false, "closed before its time")
+        #expect(eventually(timeout: 5) { (try? r.onLoop { redis, done in done(redis.closeIfStalled(after: .milliseconds(200))) }) == true })
+        #expect(r.waitFor { r.log.contains { $0.hasPrefix("reply: failure") && $0.contains("connectionLost") } }, "\(r.log)")
+        #expect(r.log.contains { $0.contains("no reply from") }, "\(r.log)")
+        kill(pid, SIGCONT)
+        #expect(r.waitFor { r.readyCount == 2 }, "did not reconnect: \(r.log)")
+        #expect(try r.call(["PING"]).get() == .simple("PONG"))
+    }
+
     @Test("over TCP: a refused connect is retried, and once Redis listens the connection is ready",
           .enabled(if: RedisPeer.enabled, RedisPeer.skipReason))
     func tcp() throws {
