@@ -13,6 +13,12 @@ public enum Base64URL {
         return table
     }()
 
+    /// `bytes` random bytes from the system generator, encoded (epochs, node ids).
+    static func randomToken(bytes: Int) -> String {
+        var rng = SystemRandomNumberGenerator()
+        return encode((0..<bytes).map { _ in UInt8.random(in: 0...255, using: &rng) })
+    }
+
     public static func encode<Bytes: Collection>(_ bytes: Bytes) -> String where Bytes.Element == UInt8 {
         let input = Array(bytes)
         var out = [UInt8]()

@@ -31,7 +31,7 @@ public struct ClusterStatistics: Sendable {
     public var nodeID = ""
     /// The command connection is up (HELLO done).
     public var connected = false
-    /// The subscriber connection is up and subscribed to every shard channel.
+    /// The subscriber connection is up and subscribed (to the followed streams' channels, or every shard channel).
     public var subscribed = false
     public var lastError: String? = nil
     public var published = 0
@@ -62,9 +62,10 @@ public struct ClusterStatistics: Sendable {
 /// The cluster broker: numbering, history and fan-out through Redis (see `RedisStreams` for the keys and scripts),
 /// behind the same `Broker` calls as `LocalBroker`.
 ///
-/// It runs on one of the hub's event loops (loop 0) with two Redis connections: one for commands (publish scripts, reads, presence,
-/// heartbeats) and one subscribed to every shard's fan-out channel. Every node receives every event and delivers it
-/// only to the connections it has for that stream (the loops' registries decide, as for local events).
+/// It runs on one of the hub's event loops (loop 0) with two Redis connections: one for commands (publish scripts,
+/// reads, presence, heartbeats, admin requests to other nodes) and one for pub/sub: the channels of the streams this
+/// node's connections follow (or every shard channel, `--broker-fanout shards`) and its control channel. A node
+/// delivers an event only to the loops, and there the connections, that follow its stream.
 ///
 /// Per stream a connection of this node follows, the node remembers the epoch and the last seq it delivered. A
 /// message at or below it is a duplicate; one beyond the next seq means messages were missed (around a reconnect),
@@ -74,13 +75,12 @@ public final class RedisBroker: Broker, @unchecked Sendable {
     /// All channel epochs of the cluster start with this (the streams' own epochs follow it).
     public let epoch = "r"
     let channelNames: [String]
-    private let channelIndex: [String: Int]
     private let shards: [any FanoutShard]
     private let options: RedisBrokerOptions
     private let streams: RedisStreams
     private let nodes: RedisNodes
     public let nodeID: String
-    /// This node's control channel: other nodes publish admin requests to it, and their answers to its own.
+    /// This node's control channel (`controlChannel(prefix:node:)`), as text and as the bytes pushes carry.
     private let controlChannel: String
     private let controlChannelBytes: [UInt8]
     let loop: EventLoop
@@ -101,7 +101,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
     private var wasReady = false
     /// Candidate epochs for streams this node may create: a random prefix per process and a counter, so each is
     /// unique without a random draw per publish.
-    private let epochPrefix = RedisBroker.randomToken(bytes: 6)
+    private let epochPrefix = Base64URL.randomToken(bytes: 6)
     private var epochCounter: UInt64 = 0
     /// Fan-out counters kept on the loop thread, copied into `stats` at each heartbeat (not locked per message).
     private var receivedCount = 0
@@ -161,16 +161,13 @@ public final class RedisBroker: Broker, @unchecked Sendable {
     public init(channelNames: [String], shards: [any FanoutShard], options: RedisBrokerOptions, loop: EventLoop,
                 log: @escaping @Sendable (String) -> Void) {
         self.channelNames = channelNames
-        var index: [String: Int] = [:]
-        for (i, name) in channelNames.enumerated() { index[name] = i }
-        channelIndex = index
         self.shards = shards
         self.options = options
         streams = RedisStreams(prefix: options.prefix, shards: options.shards, historySize: options.historySize,
                                ttlMillis: options.historyTTLMillis, sharded: options.sharded, layout: options.layout)
         nodes = RedisNodes(prefix: options.prefix, staleMillis: options.staleMillis)
-        nodeID = Self.randomToken(bytes: 6)
-        controlChannel = "\(options.prefix):ctl:\(nodeID)"
+        nodeID = Base64URL.randomToken(bytes: 6)
+        controlChannel = Self.controlChannel(prefix: options.prefix, node: nodeID)
         controlChannelBytes = Array(controlChannel.utf8)
         self.log = log
         var s = ClusterStatistics()
@@ -188,11 +185,6 @@ public final class RedisBroker: Broker, @unchecked Sendable {
     private func candidateEpoch() -> String {
         epochCounter += 1
         return epochPrefix + "-" + String(epochCounter, radix: 36)
-    }
-
-    static func randomToken(bytes: Int) -> String {
-        var rng = SystemRandomNumberGenerator()
-        return Base64URL.encode((0..<bytes).map { _ in UInt8.random(in: 0...255, using: &rng) })
     }
 
     // MARK: Lifecycle (loop thread)
@@ -227,8 +219,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
             }
             self.nodes.leave(id: self.nodeID, on: commands) { _ in done.signal() }
         }
-        let nanos = Int(timeout.components.seconds) * 1_000_000_000 + Int(timeout.components.attoseconds / 1_000_000_000)
-        _ = done.wait(timeout: .now() + .nanoseconds(nanos))
+        _ = done.wait(timeout: .now() + .nanoseconds(Int(clamping: timeout.engineNanos)))
         _ = try? loop.submitAndWait { [unowned self] in
             self.commands?.close()
             self.subscriber?.close()
@@ -354,7 +345,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
         // Encoded here: `data` points into the caller's read buffer.
         let wallMillis = Int64(wallClockSeconds() * 1000)
         let items = drafts.map { draft in
-            PublishItem(stream: stream(for: draft.stream), key: draft.stream, type: draft.type,
+            PublishItem(stream: stream(for: draft.stream), key: draft.stream,
                         text: Self.eventText(type: draft.type, wallMillis: wallMillis, data: draft.data),
                         idempotencyKey: draft.idempotencyKey?.string)
         }
@@ -366,7 +357,6 @@ public final class RedisBroker: Broker, @unchecked Sendable {
     private struct PublishItem {
         let stream: RedisStreams.Stream
         let key: StreamKey
-        let type: String
         let text: String
         let idempotencyKey: String?
     }
@@ -593,15 +583,15 @@ public final class RedisBroker: Broker, @unchecked Sendable {
         // Following starts now, before the read is sent: every message numbered after the read reaches the loops.
         for read in reads where read.follow { follow(read.stream, loop: read.loop) }
         guard let commands, commands.state == .ready else {
-            completion(.failure(BrokerFailure(message: "Redis is unavailable; subscribe again shortly")))
+            completion(.failure(Self.subscribeUnavailable(nil)))
             return
         }
         guard options.layout == .streams else { return read(reads, on: commands, completion: completion) }
         // Per-stream channels: the read may only be sent once the subscription to every stream is confirmed.
-        let unconfirmed = reads.compactMap { followed[stream(for: $0.stream).idForLookup] }.filter { !$0.confirmed }
+        let unconfirmed = reads.compactMap { followed[stream(for: $0.stream).id] }.filter { !$0.confirmed }
         guard !unconfirmed.isEmpty else { return read(reads, on: commands, completion: completion) }
         guard let subscriber, subscriber.state == .ready else {
-            completion(.failure(BrokerFailure(message: "Redis is unavailable; subscribe again shortly")))
+            completion(.failure(Self.subscribeUnavailable(nil)))
             return
         }
         var channels: [String] = []
@@ -610,16 +600,21 @@ public final class RedisBroker: Broker, @unchecked Sendable {
         }
         subscriber.subscribe([subscribeCommand] + channels) { [unowned self] error in
             if let error {
-                completion(.failure(BrokerFailure(message: "Redis is unavailable (\(error.message)); subscribe again shortly")))
+                completion(.failure(Self.subscribeUnavailable(error)))
                 return
             }
             for follow in unconfirmed { follow.confirmed = true }
             guard let commands = self.commands, commands.state == .ready else {
-                completion(.failure(BrokerFailure(message: "Redis is unavailable; subscribe again shortly")))
+                completion(.failure(Self.subscribeUnavailable(nil)))
                 return
             }
             self.read(reads, on: commands, completion: completion)
         }
+    }
+
+    /// Why a subscribe could not read its streams.
+    private static func subscribeUnavailable(_ error: RedisError?) -> BrokerFailure {
+        BrokerFailure(message: "Redis is unavailable" + (error.map { " (\($0.message))" } ?? "") + "; subscribe again shortly")
     }
 
     /// The reads of an attach, once the streams' messages reach this node.
@@ -636,12 +631,12 @@ public final class RedisBroker: Broker, @unchecked Sendable {
                 switch result {
                 case .success(let r):
                     positions[i] = self.position(read, r)
-                    if let follow = self.followed[stream.idForLookup], follow.lastSeq == nil, let epoch = r.epoch {
+                    if let follow = self.followed[stream.id], follow.lastSeq == nil, let epoch = r.epoch {
                         follow.epoch = epoch
                         follow.lastSeq = r.seq
                     }
                 case .failure(let error):
-                    failure = BrokerFailure(message: "Redis is unavailable (\(error.message)); subscribe again shortly")
+                    failure = Self.subscribeUnavailable(error)
                 }
                 remaining -= 1
                 guard remaining == 0 else { return }
@@ -684,7 +679,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
 
     private func follow(_ key: StreamKey, loop: Int) {
         let stream = self.stream(for: key)
-        let id = stream.idForLookup
+        let id = stream.id
         let follow: Follow
         if let existing = followed[id] {
             follow = existing
@@ -704,7 +699,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
         loop.execute { [unowned self] in
             for key in keys {
                 let stream = self.stream(for: key)
-                let id = stream.idForLookup
+                let id = stream.id
                 guard let follow = self.followed[id] else { continue }
                 follow.add(loop: index, -1)
                 if follow.followers <= 0 {
@@ -724,6 +719,8 @@ public final class RedisBroker: Broker, @unchecked Sendable {
 
     // MARK: Asking the other nodes (cluster-wide admin views)
 
+    /// A node's control channel: other nodes publish admin requests to it, and their answers to its own.
+    private static func controlChannel(prefix: String, node: String) -> String { "\(prefix):ctl:\(node)" }
 
     /// How this node answers another node's admin request (`request`: an admin request line; `done`: its reply).
     public func setControlHandler(_ handler: @escaping @Sendable ([UInt8], @escaping @Sendable ([UInt8]) -> Void) -> Void) {
@@ -745,7 +742,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
                 asking.timer = self.loop.schedule(after: timeout) { [unowned self] in self.finishAsking(id) }
                 let message = "REQ\n\(id)\n\(self.nodeID)\n" + String(decoding: request, as: UTF8.self)
                 for node in others {
-                    commands.send(["PUBLISH", "\(self.options.prefix):ctl:\(node)", message]) { _ in }
+                    commands.send(["PUBLISH", Self.controlChannel(prefix: self.options.prefix, node: node), message]) { _ in }
                 }
             }
         }
@@ -775,7 +772,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
                 self.loop.execute { [unowned self] in
                     guard let commands = self.commands, commands.state == .ready else { return }
                     let message = "REP\n\(id)\n\(self.nodeID)\n" + String(decoding: reply, as: UTF8.self)
-                    commands.send(["PUBLISH", "\(self.options.prefix):ctl:\(from)", message]) { _ in }
+                    commands.send(["PUBLISH", Self.controlChannel(prefix: self.options.prefix, node: from), message]) { _ in }
                 }
             }
         case "REP":
@@ -826,10 +823,5 @@ public final class RedisBroker: Broker, @unchecked Sendable {
     }
 
     public var cluster: ClusterStatistics { stats.withLock { $0 } }
-}
-
-extension RedisStreams.Stream {
-    /// The ID fan-out messages carry (`a:…` / `b:…`).
-    var idForLookup: String { id }
 }
 

@@ -374,8 +374,7 @@ public final class RedisConnection: ConnectionHandler {
     public func closeIfStalled(after timeout: Duration) -> Bool {
         loop.assertInLoop()
         guard state == .ready, !pending.isEmpty, let c = connection else { return false }
-        let nanos = UInt64(timeout.components.seconds) * 1_000_000_000 + UInt64(timeout.components.attoseconds / 1_000_000_000)
-        guard monotonicNanos() &- lastProgress > nanos else { return false }
+        guard monotonicNanos() &- lastProgress > timeout.engineNanos else { return false }
         closingBecause = RedisError(.unavailable, "no reply from \(endpoint) within \(timeout) (\(pending.count) commands waiting)")
         c.close(.abort)
         return true

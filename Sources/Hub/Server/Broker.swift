@@ -290,10 +290,7 @@ public final class LocalBroker: Broker {
     }
 
     /// 8 random bytes, base64url (11 characters, never a ".").
-    static func makeEpoch() -> String {
-        var rng = SystemRandomNumberGenerator()
-        return Base64URL.encode((0..<8).map { _ in UInt8.random(in: 0...255, using: &rng) })
-    }
+    static func makeEpoch() -> String { Base64URL.randomToken(bytes: 8) }
 
     public func publish(_ drafts: [EventDraft], completion: @escaping @Sendable (PublishOutcome) -> Void) {
         guard !drafts.isEmpty else { completion(PublishOutcome(events: [], delivered: [], replies: [])); return }

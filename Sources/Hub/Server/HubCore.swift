@@ -466,17 +466,16 @@ final class HubCore: Sendable {
         } catch {
             return done(replyLine { SocketReplies.error(error, into: &$0) })
         }
+        func notConfigured() -> [UInt8] {
+            replyLine { SocketReplies.error(code: .unknownChannel, message: "channel is not configured on this node", id: nil, into: &$0) }
+        }
         switch parsed.request {
         case .connections(let account, let channel, let limit):
             let index = channel.flatMap { channelIndex[$0] }
-            if channel != nil && index == nil {
-                return done(replyLine { SocketReplies.error(code: .unknownChannel, message: "channel is not configured on this node", id: nil, into: &$0) })
-            }
+            if channel != nil && index == nil { return done(notConfigured()) }
             connectionsJSON(account: account, channel: index, limit: limit, id: nil, done)
         case .channel(let name, let account):
-            guard let index = channelIndex[name] else {
-                return done(replyLine { SocketReplies.error(code: .unknownChannel, message: "channel is not configured on this node", id: nil, into: &$0) })
-            }
+            guard let index = channelIndex[name] else { return done(notConfigured()) }
             channelJSON(index, account: account, id: nil, done)
         default:
             done(replyLine { SocketReplies.error(code: .unknownOp, message: "nodes answer only connections and channel", id: nil, into: &$0) })
