@@ -16,6 +16,7 @@ Run by Tests/HubTests/Interop*.swift; usable by hand:
     python3 Tests/python/client.py --url ws://127.0.0.1:8080/ws --token "$TOKEN" --subscribe wallet_updates
 """
 import argparse
+import ssl
 import asyncio
 import json
 import sys
@@ -54,6 +55,7 @@ async def run(args):
             max_size=None,
             open_timeout=args.timeout,
             ping_interval=None,
+            **({"ssl": ssl.create_default_context(cafile=args.cafile)} if args.cafile else {}),
         )
     except InvalidStatus as e:
         log("refused", {"status": e.response.status_code, "body": e.response.body.decode("utf-8", "replace")})
@@ -102,6 +104,7 @@ def main():
                    help="Authorization: Bearer header (app), ?access_token= (browser), or both")
     p.add_argument("--query-token", default="", help="with --auth both: the token in the query (default --token)")
     p.add_argument("--subscribe", default="", help="comma-separated channels")
+    p.add_argument("--cafile", default="", help="wss://: trust this CA (PEM) instead of the system's")
     p.add_argument("--platform", default="")
     p.add_argument("--app-version", default="")
     p.add_argument("--compression", choices=["none", "deflate"], default="none",

@@ -1,3 +1,4 @@
+import COpenSSL
 import Glibc
 
 /// A loop-bound non-blocking stream socket (TCP or Unix) with its outbound queue.
@@ -13,6 +14,12 @@ import Glibc
 ///
 /// Closing never frees state under a running epoll batch: the fd is closed at once (its stale events
 /// are dropped by generation), and the handler's `connectionClosed` runs at the end of the iteration.
+///
+/// TLS (a connection made with a `TLSContext`): the handler sees plaintext only, in both directions. The handshake
+/// runs first, driven by the loop (EPOLLOUT follows OpenSSL's WANT_WRITE); handler writes queue meanwhile. Reads
+/// decrypt into the same buffers; writes hand OpenSSL up to 16 KiB of queued frames per record (`flushTLS`), so an
+/// event framed once for many subscribers is encrypted per subscriber and copied nowhere else. A graceful close sends
+/// close_notify before shutting down the write side.
 public final class Connection {
     /// Whether a write was accepted.
     public enum WriteResult: Sendable, Equatable {
@@ -71,16 +78,40 @@ public final class Connection {
     /// (`connectionInputEnded`): reading is off for good.
     private var inputEnded = false
 
+    private enum TLSPhase { case none, handshaking, established }
+    /// The OpenSSL session (`SSL*`), for a TLS connection; freed at the end of the iteration the connection closed in
+    /// (never under a call that may still use it).
+    private var ssl: OpaquePointer?
+    private var tlsPhase = TLSPhase.none
+    private var tlsContext: TLSContext?
+    /// A server connection has looked at the first byte (a TLS record, or plain HTTP to answer in the clear).
+    private var tlsSniffed = false
+    /// OpenSSL wants the socket writable to finish a read (a TLS 1.3 KeyUpdate answer), or readable to finish a
+    /// write: the opposite event retries the other direction.
+    private var tlsReadWantsWrite = false
+    private var tlsWriteWantsRead = false
+
     /// Adopts a connected non-blocking fd (from a listener or `SocketAddress.connect`) on `loop`.
     /// Call on the loop thread. On error the fd is closed.
+    /// - Parameter tls: speak TLS on the socket, in the context's role (server: wait for the client's hello).
     public init(adopting fd: Int32, on loop: EventLoop, peer: String, handler: any ConnectionHandler,
-                maxQueuedBytes: Int = 1 << 20) throws(SyscallError) {
+                maxQueuedBytes: Int = 1 << 20, tls: TLSContext? = nil) throws(SyscallError) {
         loop.assertInLoop()
         self.fd = fd
         self.loop = loop
         self.peer = peer
         self.handler = handler
         self.maxQueuedBytes = maxQueuedBytes
+        if let tls {
+            guard let session = tls.makeSession(fd: fd) else {
+                closeFD(fd)
+                throw SyscallError(call: "SSL_new", code: ENOMEM)
+            }
+            ssl = session
+            tlsPhase = .handshaking
+            tlsContext = tls
+            tlsSniffed = !tls.isServer
+        }
         generation = loop.reserveGeneration()
         do {
             try loop.register(self, fd: fd, generation: generation, events: Epoll.readable)
@@ -91,7 +122,13 @@ public final class Connection {
         loop.metrics.connectionsOpened += 1
     }
 
-    deinit { spill.deallocate() }
+    deinit {
+        spill.deallocate()
+        if let ssl { SSL_free(ssl) }
+    }
+
+    /// Whether the connection speaks TLS.
+    public var isTLS: Bool { tlsContext != nil }
 
     /// True until a close is requested.
     public var isOpen: Bool { state == .open }
@@ -149,15 +186,27 @@ public final class Connection {
     /// - Parameter notify: tell the handler (`connectionWritable`) if this drains a queue that had pushed back;
     ///   false when the handler itself asked for the flush.
     private func flushNow(notify: Bool = false) {
+        if tlsPhase == .handshaking { return }  // flushed when the handshake completes
         guard !out.isEmpty else {
             if state == .draining { shutdownWrite() }
             return
         }
-        let (result, written) = out.flush(fd: fd, iov: loop.iovecs)
+        let result: OutboundQueue.FlushResult
+        let written: Int
+        var wantsRead = false
+        if let ssl {
+            (result, written, wantsRead) = out.flushTLS(ssl, staging: loop.tlsStaging)
+        } else {
+            (result, written) = out.flush(fd: fd, iov: loop.iovecs)
+        }
         loop.metrics.bytesOut += written
         switch result {
         case .pending:
-            setInterest(interest | Epoll.writable)
+            if wantsRead {
+                tlsWriteWantsRead = true  // the next read retries the write; EPOLLOUT would only spin
+            } else {
+                setInterest(interest | Epoll.writable)
+            }
         case .drained:
             let pushedBack = interest & Epoll.writable != 0
             if pushedBack { setInterest(interest & ~Epoll.writable) }
@@ -197,23 +246,34 @@ public final class Connection {
         guard state == .open, readingPaused, !inputEnded else { return }
         readingPaused = false
         setInterest(interest | Epoll.readable)
-        if spillCount > 0 && !redeliveryScheduled {
+        if (spillCount > 0 || tlsHasPending) && !redeliveryScheduled {
             redeliveryScheduled = true
             let me = WeakConnection(self)
             loop.execute { me.value?.redeliver() }
         }
     }
 
+    /// OpenSSL holds input already read from the socket (read-ahead): epoll will not report it.
+    private var tlsHasPending: Bool {
+        guard let ssl, tlsPhase == .established else { return false }
+        return SSL_has_pending(ssl) == 1
+    }
+
     /// Hands the held bytes back to the handler without reading (after `resumeReading`).
     private func redeliver() {
         guard redeliveryScheduled else { return }
         redeliveryScheduled = false
-        guard state == .open, !readingPaused, spillCount > 0, let handler else { return }
+        guard state == .open, !readingPaused, let handler else { return }
+        guard spillCount > 0 else {
+            if tlsHasPending { readAvailable() }
+            return
+        }
         let total = spillCount
         let consumed = handler.connectionReadable(self, UnsafeMutableRawBufferPointer(rebasing: spill[0..<total]))
         precondition(consumed >= 0 && consumed <= total, "handler consumed \(consumed) of \(total) bytes")
         guard state == .open else { return }
         keepTail(total - consumed, of: spill, consumed: consumed, inSpill: true)
+        if !readingPaused && tlsHasPending { readAvailable() }
     }
 
     private func ensureSpill(capacity: Int) {
@@ -249,7 +309,11 @@ public final class Connection {
             let room = buffer.count - prefix
             let result: IOResult<Int>
             do {
-                result = try syscall("read") { Glibc.read(fd, buffer.baseAddress! + prefix, room) }
+                if let ssl {
+                    result = try tlsRead(ssl, buffer.baseAddress! + prefix, room)
+                } else {
+                    result = try syscall("read") { Glibc.read(fd, buffer.baseAddress! + prefix, room) }
+                }
             } catch {
                 closeNow(reason: .error(error.code), abortive: false)
                 return
@@ -278,7 +342,95 @@ public final class Connection {
             guard state == .open else { return }
             keepTail(total - consumed, of: buffer, consumed: consumed, inSpill: useSpill)
             if readingPaused { return }
-            if n < room { return }  // short read: the socket is drained; skip the EAGAIN round trip
+            // A short read means the socket is drained (skip the EAGAIN round trip), unless OpenSSL read ahead.
+            if n < room && !tlsHasPending { return }
+        }
+        if state == .open && !readingPaused && tlsHasPending {
+            // Out of budget with records already read from the socket: epoll will not say so; come back.
+            let me = WeakConnection(self)
+            loop.execute { me.value?.continueReading() }
+        }
+    }
+
+    private func continueReading() {
+        if state == .open && !readingPaused { readAvailable() }
+    }
+
+    // MARK: TLS
+
+    /// One `SSL_read`: plaintext bytes, `.wouldBlock`, or 0 at the peer's close_notify or EOF.
+    private func tlsRead(_ ssl: OpaquePointer, _ into: UnsafeMutableRawPointer, _ room: Int) throws(SyscallError) -> IOResult<Int> {
+        ERR_clear_error()
+        var n = 0
+        if SSL_read_ex(ssl, into, room, &n) == 1 {
+            if tlsWriteWantsRead {
+                tlsWriteWantsRead = false
+                if state == .open || state == .draining { flushNow(notify: true) }
+            }
+            return .processed(n)
+        }
+        switch SSL_get_error(ssl, 0) {
+        case SSL_ERROR_WANT_READ:
+            return .wouldBlock
+        case SSL_ERROR_WANT_WRITE:
+            tlsReadWantsWrite = true
+            setInterest(interest | Epoll.writable)
+            return .wouldBlock
+        case SSL_ERROR_ZERO_RETURN:
+            return .processed(0)
+        default:
+            let code = errno
+            ERR_clear_error()
+            throw SyscallError(call: "SSL_read", code: code == 0 ? EPROTO : code)
+        }
+    }
+
+    /// Advances the TLS handshake (server: after looking at the first byte).
+    private func driveHandshake(_ ssl: OpaquePointer) {
+        if !tlsSniffed {
+            var first: UInt8 = 0
+            let n = recv(fd, &first, 1, Int32(MSG_PEEK))
+            if n < 0 {
+                if errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR { return }
+                closeNow(reason: .error(errno), abortive: false)
+                return
+            }
+            if n == 0 {
+                closeNow(reason: .peerClosed, abortive: false)
+                return
+            }
+            tlsSniffed = true
+            // 22 = a TLS handshake record. An ASCII letter is plain HTTP (GET, POST, HEAD, …): answer it in the clear.
+            if first != 22, (0x41...0x5A).contains(first), let answer = tlsContext?.plaintextAnswer, !answer.isEmpty {
+                loop.metrics.tlsPlaintextRefused += 1
+                _ = answer.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+                _ = Glibc.shutdown(fd, Int32(SHUT_WR))
+                closeNow(reason: .error(EPROTO), abortive: false)
+                return
+            }
+        }
+        ERR_clear_error()
+        let r = SSL_do_handshake(ssl)
+        if r == 1 {
+            tlsPhase = .established
+            loop.metrics.tlsHandshakes += 1
+            setInterest(readingPaused ? 0 : Epoll.readable)
+            flushNow(notify: true)
+            if state == .open && !readingPaused && tlsHasPending { readAvailable() }
+            return
+        }
+        switch SSL_get_error(ssl, r) {
+        case SSL_ERROR_WANT_READ:
+            setInterest(Epoll.readable)
+        case SSL_ERROR_WANT_WRITE:
+            setInterest(Epoll.readable | Epoll.writable)
+        default:
+            // A bad hello, an old protocol version, no common cipher, a certificate the client refused, or the
+            // peer gone: OpenSSL has written its alert (if any) through the socket.
+            loop.metrics.tlsHandshakeFailures += 1
+            let code = errno
+            ERR_clear_error()
+            closeNow(reason: .error(code == 0 ? EPROTO : code), abortive: false)
         }
     }
 
@@ -314,6 +466,20 @@ public final class Connection {
     // MARK: Events
 
     func handleEvents(_ events: UInt32) {
+        if tlsPhase == .handshaking, let ssl {
+            if events & Epoll.error != 0 {
+                loop.metrics.tlsHandshakeFailures += 1
+                closeNow(reason: socketError().map { .error($0) } ?? .peerClosed, abortive: false)
+            } else if state != .closed {
+                driveHandshake(ssl)
+            }
+            return
+        }
+        if events & Epoll.writable != 0 && tlsReadWantsWrite && state != .closed {
+            tlsReadWantsWrite = false
+            if out.isEmpty { setInterest(interest & ~Epoll.writable) }
+            if !readingPaused { readAvailable() }
+        }
         if events & Epoll.writable != 0 && state != .closed {
             flushNow(notify: true)
         }
@@ -361,6 +527,11 @@ public final class Connection {
     private func shutdownWrite() {
         guard state == .draining else { return }
         state = .halfClosed
+        if let ssl, tlsPhase == .established {
+            ERR_clear_error()
+            _ = SSL_shutdown(ssl)  // close_notify; a full socket loses it, which the WebSocket close made moot
+            ERR_clear_error()
+        }
         _ = Glibc.shutdown(fd, Int32(SHUT_WR))
         // Now wait for the peer's EOF (readAvailable discards data and closes on 0), unless it came first.
         if inputEnded { closeNow(reason: .closed, abortive: false) }
@@ -386,6 +557,10 @@ public final class Connection {
     /// End of iteration: tell the handler and drop it (breaking any handler ↔ connection cycle).
     func finishClose() {
         loop.metrics.connectionsClosed += 1
+        if let ssl {
+            SSL_free(ssl)
+            self.ssl = nil
+        }
         let h = handler
         handler = nil
         h?.connectionClosed(self, reason: closeReason)

@@ -12,6 +12,11 @@ public struct EngineMetrics: Sendable, Equatable {
     public var shedConnections = 0
     public var connectionsOpened = 0
     public var connectionsClosed = 0
+    /// TLS handshakes completed, and failed (bad hello, old protocol version, no common cipher, peer gone).
+    public var tlsHandshakes = 0
+    public var tlsHandshakeFailures = 0
+    /// Peers that spoke plain HTTP to a TLS port (answered in the clear, then closed).
+    public var tlsPlaintextRefused = 0
     public var openConnections: Int { connectionsOpened - connectionsClosed }
 
     public init() {}
@@ -27,6 +32,9 @@ public struct EngineMetrics: Sendable, Equatable {
         r.shedConnections += b.shedConnections
         r.connectionsOpened += b.connectionsOpened
         r.connectionsClosed += b.connectionsClosed
+        r.tlsHandshakes += b.tlsHandshakes
+        r.tlsHandshakeFailures += b.tlsHandshakeFailures
+        r.tlsPlaintextRefused += b.tlsPlaintextRefused
         return r
     }
 }

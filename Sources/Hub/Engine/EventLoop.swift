@@ -1,3 +1,4 @@
+import COpenSSL
 import Dispatch
 import Glibc
 import Synchronization
@@ -70,6 +71,9 @@ public final class EventLoop: @unchecked Sendable {
     /// Scratch iovec array for `writev`.
     let iovecs: UnsafeMutableBufferPointer<iovec>
     static let iovecCount = 64
+    /// Where a TLS connection gathers small queued frames into one record's worth of plaintext (see `OutboundQueue`).
+    let tlsStaging: UnsafeMutableRawBufferPointer
+    static let tlsRecordSize = 16 * 1024
 
     private var preHooks: [() -> Void] = []
     private var postHooks: [() -> Void] = []
@@ -103,6 +107,7 @@ public final class EventLoop: @unchecked Sendable {
         readBuffer = .allocate(byteCount: configuration.readBufferSize, alignment: 64)
         iovecs = .allocate(capacity: EventLoop.iovecCount)
         iovecs.initialize(repeating: iovec())
+        tlsStaging = .allocate(byteCount: EventLoop.tlsRecordSize, alignment: 16)
         // Generation 0 is never handed out, so the wake fd's events can't be mistaken for a handler's.
         // (Every stored property is set by now, so on a throw `deinit` runs and closes the fds.)
         try epoll.add(fd: wakeFD, generation: 0, events: Epoll.input)
@@ -128,6 +133,7 @@ public final class EventLoop: @unchecked Sendable {
     deinit {
         readBuffer.deallocate()
         iovecs.deallocate()
+        tlsStaging.deallocate()
         closeFD(wakeFD)
     }
 

@@ -1,3 +1,4 @@
+import COpenSSL
 import Glibc
 
 /// The bytes a connection still owes its peer: references to shared immutable buffers plus an
@@ -13,6 +14,9 @@ struct OutboundQueue {
     private var headOffset = 0
     /// Total unwritten bytes.
     private(set) var queuedBytes = 0
+    /// TLS: the length of the record OpenSSL holds half-written (WANT_WRITE). OpenSSL requires the retry to pass the
+    /// same length, so these leading bytes are fixed until it succeeds.
+    private var tlsRetryLength = 0
 
     var isEmpty: Bool { queuedBytes == 0 }
     var chunkCount: Int { chunks.count - head }
@@ -28,21 +32,32 @@ struct OutboundQueue {
         head = 0
         headOffset = 0
         queuedBytes = 0
+        tlsRetryLength = 0
     }
 
     /// Drops every byte not yet handed to the kernel, except the rest of a chunk that is partly written (the
     /// peer has its first bytes: cutting it would corrupt the stream). Chunks are whole frames or responses.
+    /// Under TLS the chunks a half-written record was made from stay too (the peer has part of that record).
     mutating func dropUnsent() {
         guard queuedBytes > 0 else { return }
-        if headOffset == 0 {
+        if headOffset == 0 && tlsRetryLength == 0 {
             removeAll()
             return
         }
-        let partial = chunks[head]
-        chunks.removeAll(keepingCapacity: false)
-        chunks.append(partial)
+        // Keep every chunk that holds a byte the peer has part of: the partly written head, and under TLS the
+        // chunks of the half-written record.
+        var kept = 0
+        var end = head
+        var bytes = -headOffset
+        while end < chunks.count && (end == head && headOffset > 0 || bytes < tlsRetryLength) {
+            bytes += chunks[end].count
+            end += 1
+        }
+        var keep: [SharedBytes] = []
+        for i in head..<end { keep.append(chunks[i]); kept += chunks[i].count }
+        chunks = keep
         head = 0
-        queuedBytes = partial.count - headOffset
+        queuedBytes = kept - headOffset
     }
 
     enum FlushResult {
@@ -87,6 +102,61 @@ struct OutboundQueue {
             if queuedBytes > 0 && w < iovTotal(iov, n) { return (.pending, written) }
         }
         return (.drained, written)
+    }
+
+    /// Encrypts and writes as much as the socket takes, up to one TLS record (16 KiB of plaintext) per `SSL_write`:
+    /// small frames are gathered into `staging` (one record for many frames); a chunk holding a record's worth is
+    /// passed in place.
+    /// - Returns: the outcome, the plaintext bytes written, and whether OpenSSL waits to read first (WANT_READ).
+    mutating func flushTLS(_ ssl: OpaquePointer, staging: UnsafeMutableRawBufferPointer) -> (FlushResult, Int, wantsRead: Bool) {
+        var written = 0
+        while queuedBytes > 0 {
+            let n = tlsRetryLength > 0 ? tlsRetryLength : min(queuedBytes, staging.count)
+            let source: UnsafeRawPointer
+            let headBytes = chunks[head].bytes
+            if headBytes.count - headOffset >= n {
+                source = UnsafeRawPointer(headBytes.baseAddress!) + headOffset
+            } else {
+                gather(n, into: staging)
+                source = UnsafeRawPointer(staging.baseAddress!)
+            }
+            ERR_clear_error()
+            var w = 0
+            if SSL_write_ex(ssl, source, n, &w) == 1 {
+                tlsRetryLength = 0
+                written += w
+                consume(w)
+                continue
+            }
+            switch SSL_get_error(ssl, 0) {
+            case SSL_ERROR_WANT_WRITE:
+                tlsRetryLength = n
+                return (.pending, written, false)
+            case SSL_ERROR_WANT_READ:
+                tlsRetryLength = n
+                return (.pending, written, true)
+            default:
+                let code = errno
+                ERR_clear_error()
+                return (.failed(SyscallError(call: "SSL_write", code: code == 0 ? EPROTO : code)), written, false)
+            }
+        }
+        return (.drained, written, false)
+    }
+
+    /// Copies the first `count` queued bytes into `staging`.
+    private func gather(_ count: Int, into staging: UnsafeMutableRawBufferPointer) {
+        var copied = 0
+        var i = head
+        var offset = headOffset
+        while copied < count {
+            let b = chunks[i].bytes
+            let take = min(b.count - offset, count - copied)
+            (staging.baseAddress! + copied).copyMemory(from: b.baseAddress! + offset, byteCount: take)
+            copied += take
+            i += 1
+            offset = 0
+        }
     }
 
     private func iovTotal(_ iov: UnsafeMutableBufferPointer<iovec>, _ n: Int) -> Int {

@@ -4,6 +4,11 @@ import Foundation
 /// Every field has a default that works on a fresh machine with no configuration at all.
 public struct HubConfiguration: Sendable, Equatable {
     public var listen = "127.0.0.1:8080"
+    /// TLS: the certificate chain (PEM, leaf first) and its key. With both and no `tlsListen`, `listen` speaks TLS.
+    public var tlsCertificateFile: String? = nil
+    public var tlsKeyFile: String? = nil
+    /// A second listener that speaks TLS, next to the plain one on `listen`.
+    public var tlsListen: String? = nil
     public var socketPath = "./hub.sock"
     public var stateDirectory = "./.hub-state"
     public var jwtSecretFile: String? = nil
@@ -64,6 +69,12 @@ public struct HubConfiguration: Sendable, Equatable {
     static let options: [Option] = [
         .init(name: "listen", kind: .value(placeholder: "HOST:PORT"), help: "where clients connect (port 0 picks a free port)",
               defaultText: { $0.listen }, apply: { c, v throws(ConfigurationError) in c.listen = try parseListen(v) }),
+        .init(name: "tls-cert", kind: .value(placeholder: "FILE"), help: "serve wss:// with this PEM certificate chain (leaf first); SIGHUP reloads it",
+              defaultText: { _ in "none (plain ws://)" }, apply: { c, v throws(ConfigurationError) in c.tlsCertificateFile = try nonEmpty(v, "tls-cert") }),
+        .init(name: "tls-key", kind: .value(placeholder: "FILE"), help: "the PEM private key of --tls-cert",
+              defaultText: { _ in "none" }, apply: { c, v throws(ConfigurationError) in c.tlsKeyFile = try nonEmpty(v, "tls-key") }),
+        .init(name: "tls-listen", kind: .value(placeholder: "HOST:PORT"), help: "a TLS listener next to the plain --listen (without it, --tls-cert makes --listen itself speak TLS)",
+              defaultText: { _ in "none" }, apply: { c, v throws(ConfigurationError) in c.tlsListen = try parseListen(v) }),
         .init(name: "socket", kind: .value(placeholder: "PATH"), help: "Unix socket for publishing and hubctl (mode 0660)",
               defaultText: { $0.socketPath }, apply: { c, v throws(ConfigurationError) in c.socketPath = try nonEmpty(v, "socket") }),
         .init(name: "state-dir", kind: .value(placeholder: "DIR"), help: "where the hub keeps its generated JWT secret, and its recovery state across a graceful restart",
@@ -190,6 +201,12 @@ public struct HubConfiguration: Sendable, Equatable {
             do { try option.apply(&config, value) } catch {
                 throw ConfigurationError(message: "--\(name): \(error.message)")
             }
+        }
+        if (config.tlsCertificateFile == nil) != (config.tlsKeyFile == nil) {
+            throw ConfigurationError(message: "--tls-cert and --tls-key go together: give both, or neither")
+        }
+        if config.tlsListen != nil && config.tlsCertificateFile == nil {
+            throw ConfigurationError(message: "--tls-listen needs --tls-cert and --tls-key")
         }
         if config.jwtPublicKeyFile != nil && (config.jwtSecretFile != nil || config.jwtSecret != nil) {
             throw ConfigurationError(message: "--jwt-public-key and a JWT secret are mutually exclusive: the key decides the algorithm")

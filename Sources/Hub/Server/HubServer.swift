@@ -13,10 +13,17 @@ public final class HubServer: Sendable {
     let core: HubCore
     private let group: EventLoopGroup
     private let tcp: TCPListener
+    /// The TLS listener next to the plain one (`--tls-listen`).
+    private let tlsTCP: TCPListener?
     private let unix: UnixListener
-    /// The address clients connect to (with the real port when port 0 was asked for).
+    /// The address clients connect to (with the real port when port 0 was asked for). It speaks TLS when a
+    /// certificate is configured without `--tls-listen`.
     public let listenAddress: String
+    /// The `--tls-listen` address (with its real port), when there is one.
+    public let tlsListenAddress: String?
     public let socketPath: String
+    /// The server's TLS context, when a certificate is configured.
+    let tls: TLSContext?
 
     /// Starts everything and returns once the hub accepts clients and publishes. Throws a message fit for a
     /// person when something is in the way (port in use, another hub on the socket, unreadable key).
@@ -32,6 +39,7 @@ public final class HubServer: Sendable {
         }
 
         let (verifier, authDescription) = try makeVerifier(configuration, log: log)
+        let tls = try makeTLS(configuration)
         let group = try EventLoopGroup(loopCount: threads)
         let contexts = group.loops.map { LoopContext(loop: $0, channelCount: configuration.channels.count) }
         contexts[0].ledger = PublishLedger(channelNames: configuration.channels)
@@ -60,31 +68,80 @@ public final class HubServer: Sendable {
             throw StartError("cannot listen on the Unix socket \(configuration.socketPath): \(error)")
         }
         let tcp: TCPListener
+        // With a certificate and no --tls-listen, the one listener speaks TLS.
+        let mainTLS = configuration.tlsListen == nil ? tls : nil
         do {
-            tcp = try TCPListener.bind(configuration.listen, on: group) { loop in ClientAcceptor(context: contexts[loop.index]) }
+            tcp = try TCPListener.bind(configuration.listen, on: group) { loop in ClientAcceptor(context: contexts[loop.index], tls: mainTLS) }
         } catch {
             unix.close()
             group.shutdown()
             throw StartError("cannot listen on \(configuration.listen): \(error)")
         }
+        var tlsTCP: TCPListener? = nil
+        if let tlsListen = configuration.tlsListen, let tls {
+            do {
+                tlsTCP = try TCPListener.bind(tlsListen, on: group) { loop in ClientAcceptor(context: contexts[loop.index], tls: tls) }
+            } catch {
+                tcp.close()
+                unix.close()
+                group.shutdown()
+                throw StartError("cannot listen on \(tlsListen): \(error)")
+            }
+        }
         let address = tcp.address.description
         listenText.withLock { $0 = address }
         redisBroker?.start()
-        let server = HubServer(core: core, group: group, tcp: tcp, unix: unix, listenAddress: address, socketPath: configuration.socketPath)
-        log("hub \(HubVersion.string) listening on ws://\(address)/ws (\(threads) threads, up to \(maxConnections) connections)"
+        let server = HubServer(core: core, group: group, tcp: tcp, tlsTCP: tlsTCP, unix: unix, listenAddress: address,
+                               socketPath: configuration.socketPath, tls: tls)
+        let urls = (mainTLS != nil ? "wss://" : "ws://") + "\(address)/ws" + (tlsTCP.map { " and wss://\($0.address)/ws" } ?? "")
+        log("hub \(HubVersion.string) listening on \(urls) (\(threads) threads, up to \(maxConnections) connections)"
             + "; socket \(configuration.socketPath); channels \(configuration.channels.joined(separator: ","))"
             + "; auth \(authDescription)" + (configuration.echo ? "; /echo enabled" : ""))
         core.logRecoveryStart(restored: saved)
         return server
     }
 
-    private init(core: HubCore, group: EventLoopGroup, tcp: TCPListener, unix: UnixListener, listenAddress: String, socketPath: String) {
+    private init(core: HubCore, group: EventLoopGroup, tcp: TCPListener, tlsTCP: TCPListener?, unix: UnixListener,
+                 listenAddress: String, socketPath: String, tls: TLSContext?) {
         self.core = core
         self.group = group
         self.tcp = tcp
+        self.tlsTCP = tlsTCP
         self.unix = unix
         self.listenAddress = listenAddress
+        tlsListenAddress = tlsTCP?.address.description
         self.socketPath = socketPath
+        self.tls = tls
+    }
+
+    /// The answer to a peer that speaks plain HTTP to a TLS port, in the clear.
+    static let plaintextToTLSResponse = HTTPError(status: 400, code: "TLS_REQUIRED",
+                                                  message: "this port speaks TLS: connect with wss:// (or https://)").response()
+
+    /// The TLS context from `--tls-cert`/`--tls-key`, or nil; a bad or mismatched pair stops the start.
+    static func makeTLS(_ c: HubConfiguration) throws -> TLSContext? {
+        guard let cert = c.tlsCertificateFile, let key = c.tlsKeyFile else { return nil }
+        do {
+            return try TLSContext.server(certificateFile: cert, keyFile: key, plaintextAnswer: plaintextToTLSResponse)
+        } catch {
+            throw StartError("TLS: \(error)")
+        }
+    }
+
+    /// Reloads the certificate and key from their files (SIGHUP). Established connections keep theirs; new ones get
+    /// the new pair. On failure the old pair stays and the error says why.
+    /// - Returns: a line for the log.
+    @discardableResult
+    public func reloadTLS() -> String {
+        guard let tls, let cert = core.configuration.tlsCertificateFile, let key = core.configuration.tlsKeyFile else {
+            return "nothing to reload (no TLS certificate is configured); still serving"
+        }
+        do {
+            try tls.reload(certificateFile: cert, keyFile: key)
+            return "reloaded the TLS certificate \(cert) and key \(key); new connections use them"
+        } catch {
+            return "TLS reload failed, keeping the previous certificate: \(error)"
+        }
     }
 
     struct StartError: Error, CustomStringConvertible {
@@ -136,6 +193,7 @@ public final class HubServer: Sendable {
     public func shutdown() {
         core.beginShutdown()
         tcp.close()
+        tlsTCP?.close()
         unix.close()
         for context in core.contexts {
             context.loop.execute {
@@ -162,7 +220,12 @@ public final class HubServer: Sendable {
 /// Accepts client connections on one loop.
 final class ClientAcceptor: ListenerDelegate {
     let context: LoopContext
-    init(context: LoopContext) { self.context = context }
+    /// Set on a TLS listener: every connection it accepts speaks TLS.
+    let tls: TLSContext?
+    init(context: LoopContext, tls: TLSContext?) {
+        self.context = context
+        self.tls = tls
+    }
 
     static let busyResponse = HTTPError(status: 503, code: "SERVICE_UNAVAILABLE", message: "the hub is at its connection limit; retry later",
                                         headers: [("Retry-After", "5")]).response()
@@ -180,7 +243,7 @@ final class ClientAcceptor: ListenerDelegate {
         context.nextSerial += 1
         do {
             client.connection = try Connection(adopting: fd, on: loop, peer: peer, handler: client,
-                                               maxQueuedBytes: hub.configuration.maxQueuedBytes)
+                                               maxQueuedBytes: hub.configuration.maxQueuedBytes, tls: tls)
         } catch {
             hub.clientClosed()
             return

@@ -6,7 +6,7 @@ import Synchronization
 /// the Swift runtime's crash handler never sees SIGQUIT.
 ///
 /// - SIGTERM, SIGINT: graceful shutdown (`serveSignals` returns them).
-/// - SIGHUP: the reload signal by custom. Nothing is reloadable yet (TLS certificates will be), so it logs one line.
+/// - SIGHUP: reloads the TLS certificate and key (`reloadTLS`); logs what happened.
 /// - SIGUSR1, SIGUSR2: logged and ignored.
 /// - SIGQUIT: a state dump to the log (`logStateDump`); the hub keeps serving.
 /// - SIGPIPE: ignored (a vanished peer or log reader is an error return, not a signal).
@@ -33,7 +33,7 @@ extension HubServer {
             case SIGTERM, SIGINT:
                 return received
             case SIGHUP:
-                core.log("received SIGHUP: nothing to reload (no TLS certificate is configured); still serving")
+                core.log("received SIGHUP: " + reloadTLS())
             case SIGQUIT:
                 logStateDump()
             default:

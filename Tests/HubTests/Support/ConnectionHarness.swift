@@ -402,7 +402,7 @@ final class ConnectionHarness {
     private func connectClient(_ hub: HarnessHub) throws(HarnessFailure) -> (peer: FakePeer, client: ClientConnection, fds: (Int32, Int32)) {
         let pair = try socketPair()
         let serial = hub.context.nextSerial
-        ClientAcceptor(context: hub.context).accepted(fd: pair.hub, peer: "harness", on: loop)
+        ClientAcceptor(context: hub.context, tls: nil).accepted(fd: pair.hub, peer: "harness", on: loop)
         guard let client = hub.context.clients[serial] else {
             Glibc.close(pair.peer)
             throw HarnessFailure("the acceptor did not register the client")

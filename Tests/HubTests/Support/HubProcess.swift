@@ -11,6 +11,8 @@ final class HubProcess: @unchecked Sendable {
     let stateDirectory: String
     let logPath: String
     private(set) var port = 0
+    /// The `--tls-listen` port, when the hub has one.
+    private(set) var tlsPort: Int? = nil
     private(set) var startupLine = ""
 
     /// The built `hub` executable next to the test bundle (`swift build --build-tests` builds it), or the one in
@@ -62,11 +64,15 @@ final class HubProcess: @unchecked Sendable {
         try process.run()
         let deadline = Date().addingTimeInterval(20)
         while Date() < deadline {
-            if let line = log.split(separator: "\n").first(where: { $0.contains("listening on ws://") }) {
+            if let line = log.split(separator: "\n").first(where: { $0.contains("listening on ws") }) {
                 startupLine = String(line)
-                let afterScheme = line.split(separator: "ws://", maxSplits: 1)[1]
-                let hostPort = afterScheme.split(separator: "/", maxSplits: 1)[0]
-                port = Int(hostPort.split(separator: ":").last!)!
+                // "listening on ws://HOST:PORT/ws" or "wss://…", then " and wss://HOST:PORT/ws" with --tls-listen.
+                let urls = line.split(separator: "listening on ", maxSplits: 1)[1].split(separator: " (", maxSplits: 1)[0]
+                let ports = urls.split(separator: " and ").map { url in
+                    Int(url.split(separator: "://", maxSplits: 1)[1].split(separator: "/", maxSplits: 1)[0].split(separator: ":").last!)!
+                }
+                port = ports[0]
+                tlsPort = ports.count > 1 ? ports[1] : nil
                 return
             }
             if !process.isRunning { break }
