@@ -25,7 +25,7 @@ let package = Package(
         .executableTarget(name: "hubctl", dependencies: ["Hub"], swiftSettings: strictSettings),
         .testTarget(name: "WSProtocolTests", dependencies: ["WSProtocol"],
                     resources: [.copy("Corpus")], swiftSettings: strictSettings),
-        .testTarget(name: "HubTests", dependencies: ["Hub", "WSProtocol"],
+        .testTarget(name: "HubTests", dependencies: ["Hub", "WSProtocol", "COpenSSL"],
                     resources: [.copy("Corpus")], swiftSettings: strictSettings),
     ]
 )

@@ -133,11 +133,19 @@ public final class TLSContext: @unchecked Sendable {
             SSL_CTX_free(ctx)
             throw TLSError("the TLS certificate file \(certificateFile) holds no usable PEM certificate chain: \(openSSLErrors())")
         }
-        guard SSL_CTX_use_PrivateKey_file(ctx, keyFile, SSL_FILETYPE_PEM) == 1 else {
+        // Read the key first, so that "not a key" and "not this certificate's key" are told apart.
+        guard let file = BIO_new_file(keyFile, "r") else {
             SSL_CTX_free(ctx)
-            throw TLSError("the TLS key file \(keyFile) holds no usable PEM private key: \(openSSLErrors())")
+            throw TLSError("cannot read the TLS key file \(keyFile): \(openSSLErrors())")
         }
-        guard SSL_CTX_check_private_key(ctx) == 1 else {
+        let key = PEM_read_bio_PrivateKey(file, nil, nil, nil)
+        BIO_free(file)
+        guard let key else {
+            SSL_CTX_free(ctx)
+            throw TLSError("the TLS key file \(keyFile) holds no usable PEM private key (or it is encrypted): \(openSSLErrors())")
+        }
+        defer { EVP_PKEY_free(key) }
+        guard SSL_CTX_use_PrivateKey(ctx, key) == 1, SSL_CTX_check_private_key(ctx) == 1 else {
             SSL_CTX_free(ctx)
             throw TLSError("the TLS key in \(keyFile) does not match the certificate in \(certificateFile): \(openSSLErrors())")
         }
