@@ -135,6 +135,7 @@ final class Coordinator {
                               publish: options.string("publish", kind == "hub" ? "unix:./hub.sock" : "http://127.0.0.1:\(port)/publish"),
                               channel: options.string("channel", "wallet_updates"))
         if ports.count > 1 { spec.ports = ports }
+        if options.flag("tls") { spec.tls = true }
         target = spec
         serverPIDs = (options.optional("server-pid") ?? "").split(separator: ",").compactMap { Int32($0) }
         redisPID = options.optional("redis-pid").flatMap { Int32($0) }

@@ -15,6 +15,8 @@ struct TargetSpec: Codable {
     var channel: String
     /// A cluster of hubs (`--port A,B,C`): connection i goes to `ports[i % count]`; nil for one server.
     var ports: [Int]? = nil
+    /// wss:// (`--tls`): the connections speak TLS (no certificate check: the benchmark's throwaway CA).
+    var tls: Bool? = nil
 
     var usesToken: Bool { kind != "nchan" }
     var subscribesByMessage: Bool { kind != "nchan" }

@@ -374,6 +374,11 @@ final class Fleet: @unchecked Sendable {
     /// Connections opened so far (which node of a cluster the next one goes to).
     var opened = 0
     let slowEvery: Int
+    /// The client TLS context, for a wss:// target.
+    lazy var tls: TLSContext? = {
+        guard config.target.tls == true else { return nil }
+        do { return try TLSContext.client(verify: false, serverName: "localhost") } catch { fail("TLS: \(error)") }
+    }()
 
     init(loop: EventLoop, config: WorkerConfig) {
         self.loop = loop
@@ -494,7 +499,7 @@ final class Fleet: @unchecked Sendable {
         }
         let connection: Connection
         do {
-            connection = try Connection(adopting: fd, on: loop, peer: hostHeader, handler: session, maxQueuedBytes: 1 << 20)
+            connection = try Connection(adopting: fd, on: loop, peer: hostHeader, handler: session, maxQueuedBytes: 1 << 20, tls: tls)
         } catch {
             session.failOnce("adopt: \(errnoName(error.code))")
             return

@@ -113,8 +113,10 @@ public final class Connection {
             tlsSniffed = !tls.isServer
         }
         generation = loop.reserveGeneration()
+        // A TLS client speaks first (its hello): it waits for the socket to be writable (connected), not readable.
+        if tls.map({ !$0.isServer }) ?? false { interest = Epoll.readable | Epoll.writable }
         do {
-            try loop.register(self, fd: fd, generation: generation, events: Epoll.readable)
+            try loop.register(self, fd: fd, generation: generation, events: interest)
         } catch {
             closeFD(fd)
             throw error
