@@ -251,6 +251,50 @@ import Testing
     }
 }
 
+extension TLSTests {
+    /// Hostile bytes at the TLS port, the way the hardening issue fuzzes whole connections: 150 connections, each a
+    /// seeded mix of a plausible record header and random bytes, sent in random segments (one octet at a time for some).
+    /// The hub must end each one and keep serving a client that is in the middle of its own session.
+    @Test func randomBytesAtTheTLSPortNeverDisturbTheHub() throws {
+        let ca = try TestCA()
+        let (hub, _, _) = try Self.tlsHub(ca, extra: ["--handshake-timeout", "2"])
+        let steady = try TestTLSClient(port: hub.port, caFile: ca.caFile)
+        let (head, rest) = try steady.upgrade(headers: ["Authorization: Bearer \(try hub.token("steady"))"])
+        #expect(head.hasPrefix("HTTP/1.1 101"))
+        try steady.sendText(#"{"type":"subscribe","channels":["wallet_updates"],"id":"s"}"#)
+        #expect(steady.readTexts(1, pending: rest).count == 1)
+
+        var rng = SplitMix64(seed: 0x7115)
+        for round in 0..<150 {
+            var bytes: [UInt8] = []
+            switch round % 3 {
+            case 0: bytes = [22, 3, UInt8(rng.next() % 5), UInt8(rng.next() % 3), UInt8(rng.next() & 0xFF)]  // a record header
+            case 1: bytes = Array(legacyClientHello(version: 0x0303).prefix(Int(rng.next() % 60)))          // a cut hello
+            default: bytes = []
+            }
+            bytes += (0..<Int(rng.next() % 300)).map { _ in UInt8(rng.next() & 0xFF) }
+            let fd = try TestWebSocket.tcpConnect(port: hub.port)
+            var offset = 0
+            let oneByOne = round % 5 == 0
+            while offset < bytes.count {
+                let size = oneByOne ? 1 : 1 + Int(rng.next() % 64)
+                let end = min(bytes.count, offset + size)
+                let sent = bytes[offset..<end].withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+                if sent <= 0 { break }  // the hub already ended it
+                offset = end
+            }
+            Glibc.close(fd)
+            if round % 25 == 24 {
+                _ = try hub.publish(channel: "wallet_updates", account: "steady", type: "still_here", data: #"{"round":\#(round)}"#)
+                #expect(steady.readTexts(1).first?.contains(#""round":\#(round)"#) == true, "round \(round)")
+            }
+        }
+        #expect(hub.process.isRunning)
+        let stats = try hub.stats()
+        #expect((stats["tls"] as? [String: Any])?["handshakes"] as? Int == 1, "\(stats)")
+    }
+}
+
 /// Reads from a plain socket until EOF (or reset, or `timeout`); what arrived.
 func readUntilEOF(_ fd: Int32, timeout: Double) throws -> [UInt8] {
     var result: [UInt8] = []
