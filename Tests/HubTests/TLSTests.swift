@@ -192,6 +192,15 @@ import Testing
         let plain = try rawHTTP(port: hub.port, "GET /ws HTTP/1.1\r\nHost: localhost\r\n\r\n")
         #expect(plain.status == 400, "\(plain)")
         #expect(plain.body.contains(#""code":"TLS_REQUIRED""#), "\(plain)")
+        #expect(plain.closed, "\(plain)")
+        // …also to a client that sends its request in pieces (the rest is read and dropped, not reset).
+        let pieces = try TestWebSocket.tcpConnect(port: hub.port)
+        defer { Glibc.close(pieces) }
+        try TestWebSocket.writeAll(pieces, Array("GET /ws HTTP/1.1\r\n".utf8))
+        usleep(100_000)
+        try TestWebSocket.writeAll(pieces, Array("Host: localhost\r\nUser-Agent: curl\r\n\r\n".utf8))
+        let piecewise = try readHTTPResponse(pieces)
+        #expect(piecewise.status == 400 && piecewise.body.contains("TLS_REQUIRED"), "\(piecewise)")
 
         // SSLv3, TLS 1.0 and TLS 1.1 hellos: a fatal alert (record type 21, level 2), protocol_version (70) for TLS 1.x.
         for version: UInt16 in [0x0300, 0x0301, 0x0302] {
@@ -246,7 +255,7 @@ import Testing
         #expect(steady.wait(timeout: 15) == 0, "\(steady.summary)")
         #expect(steady.stdoutLines.dropFirst().map { $0.contains(#""type":"tick""#) } == [true, true, true], "\(steady.summary)")
         let tls = try hub.stats()["tls"] as? [String: Any] ?? [:]
-        #expect(tls["plaintextRefused"] as? Int == 1, "\(tls)")
+        #expect(tls["plaintextRefused"] as? Int == 2, "\(tls)")
         #expect((tls["handshakeFailures"] as? Int ?? 0) >= 5, "\(tls)")
     }
 }

@@ -404,10 +404,16 @@ public final class Connection {
             tlsSniffed = true
             // 22 = a TLS handshake record. An ASCII letter is plain HTTP (GET, POST, HEAD, …): answer it in the clear.
             if first != 22, (0x41...0x5A).contains(first), let answer = tlsContext?.plaintextAnswer, !answer.isEmpty {
+                // The connection goes on in the clear, for this answer only: queued, then a graceful close that reads
+                // and discards the rest of the request (closing with it unread would reset the connection, and a
+                // client still writing its request would get EPIPE or lose the answer).
                 loop.metrics.tlsPlaintextRefused += 1
-                _ = answer.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-                _ = Glibc.shutdown(fd, Int32(SHUT_WR))
-                closeNow(reason: .error(EPROTO), abortive: false)
+                SSL_free(ssl)
+                self.ssl = nil
+                tlsPhase = .none
+                setInterest(Epoll.readable)
+                out.append(SharedBytes(answer))
+                close(.graceful(linger: .seconds(2)))
                 return
             }
         }
