@@ -141,7 +141,7 @@ import Testing
         try FileManager.default.copyItem(atPath: cert2, toPath: cert)
         try FileManager.default.copyItem(atPath: key2, toPath: key)
         hub.send(signal: SIGHUP)
-        #expect(waitUntil { !hub.logLines(containing: "reloaded the TLS certificate").isEmpty }, "\(hub.log)")
+        #expect(eventually { !hub.logLines(containing: "reloaded the TLS certificate").isEmpty }, "\(hub.log)")
         #expect(try TestTLSClient(port: hub.port, caFile: ca.caFile).peerSubject == "/O=two/CN=localhost")
         _ = try hub.publish(channel: "wallet_updates", account: "acc_1", type: "after_reload")
         #expect(before.readTexts(1).first?.contains("after_reload") == true)
@@ -151,7 +151,7 @@ import Testing
         try FileManager.default.removeItem(atPath: cert)
         try FileManager.default.copyItem(atPath: cert3, toPath: cert)  // key still second's: mismatch
         hub.send(signal: SIGHUP)
-        #expect(waitUntil { !hub.logLines(containing: "TLS reload failed, keeping the previous certificate").isEmpty }, "\(hub.log)")
+        #expect(eventually { !hub.logLines(containing: "TLS reload failed, keeping the previous certificate").isEmpty }, "\(hub.log)")
         #expect(hub.logLines(containing: "TLS reload failed").first?.contains("does not match") == true, "\(hub.log)")
         #expect(try TestTLSClient(port: hub.port, caFile: ca.caFile).peerSubject == "/O=two/CN=localhost")
     }
@@ -245,7 +245,7 @@ import Testing
         let admin = try hub.admin()
         let burst = (1...200).map { #"{"op":"publish","channel":"wallet_updates","account":"lazy","type":"fill","data":"\#(filler)\#($0)"}"# }
         #expect(try admin.requests(burst).count == 200)
-        let closedSlow = try waitUntil(timeout: 10) {
+        let closedSlow = try eventually(timeout: 10) {
             (try hub.stats()["drops"] as? [String: Any])?["slowConsumerCloses"] as? Int == 1
         }
         let statsAfter = try hub.stats()
@@ -316,14 +316,4 @@ func readUntilEOF(_ fd: Int32, timeout: Double) throws -> [UInt8] {
         result += buffer[0..<n]
     }
     return result
-}
-
-/// Polls `condition` every 20 ms until it holds or `timeout` passes.
-func waitUntil(timeout: Double = 5, _ condition: () throws -> Bool) rethrows -> Bool {
-    let deadline = Date().addingTimeInterval(timeout)
-    while Date() < deadline {
-        if try condition() { return true }
-        usleep(20_000)
-    }
-    return try condition()
 }

@@ -110,11 +110,13 @@ public final class Connection {
             ssl = session
             tlsPhase = .handshaking
             tlsContext = tls
-            tlsSniffed = !tls.isServer
+            if !tls.isServer {
+                tlsSniffed = true
+                // A TLS client speaks first (its hello): it waits for the socket to be writable (connected).
+                interest = Epoll.readable | Epoll.writable
+            }
         }
         generation = loop.reserveGeneration()
-        // A TLS client speaks first (its hello): it waits for the socket to be writable (connected), not readable.
-        if tls.map({ !$0.isServer }) ?? false { interest = Epoll.readable | Epoll.writable }
         do {
             try loop.register(self, fd: fd, generation: generation, events: interest)
         } catch {

@@ -30,7 +30,7 @@ final class TestCA: @unchecked Sendable {
         return (cert, key)
     }
 
-    static func openssl(_ arguments: [String], input: String? = nil) throws {
+    static func openssl(_ arguments: [String]) throws {
         let p = try InteropProcess("/usr/bin/env", ["openssl"] + arguments)
         guard let status = p.wait(timeout: 30), status == 0 else { throw HubTestError("openssl \(arguments.joined(separator: " ")) failed: \(p.stderr)") }
     }
