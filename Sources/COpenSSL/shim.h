@@ -11,6 +11,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 #include <errno.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -104,3 +105,127 @@ static inline int hub_alpn_select(SSL *ssl, const unsigned char **out, unsigned 
 }
 
 static inline void hub_SSL_CTX_use_alpn_http11(SSL_CTX *ctx) { SSL_CTX_set_alpn_select_cb(ctx, hub_alpn_select, NULL); }
+
+/*
+ * TLS 1.3 record layer after the handshake (the hub's own, see Sources/Hub/Engine/TLSRecords.swift).
+ *
+ * Once a server handshake is done, the hub keeps only the traffic secrets and runs the record layer itself, so an
+ * idle connection holds ~0.3 KiB of TLS state instead of OpenSSL's ~15 KiB `SSL` object. These helpers are the
+ * cryptography it needs: the application traffic secrets (captured through the key-log callback, the one public
+ * OpenSSL 3.0 interface that yields them), HKDF-Expand-Label (RFC 8446 §7.1), and AEAD sealing and opening with a
+ * loop-wide cipher context re-keyed per record.
+ */
+typedef struct {
+    unsigned char client[48];
+    unsigned char server[48];
+    int clientLength;
+    int serverLength;
+} hub_tls13_secrets;
+
+static inline int hub_hex_value(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* "LABEL <client random hex> <secret hex>": copies the secret when LABEL is `label`; returns its length, or 0. */
+static inline int hub_keylog_take(const char *line, const char *label, unsigned char *out) {
+    size_t labelLength = strlen(label);
+    if (strncmp(line, label, labelLength) != 0 || line[labelLength] != ' ') return 0;
+    const char *p = strchr(line + labelLength + 1, ' ');
+    if (p == NULL) return 0;
+    p += 1;
+    int n = 0;
+    while (p[0] != '\0' && p[1] != '\0' && n < 48) {
+        int hi = hub_hex_value(p[0]), lo = hub_hex_value(p[1]);
+        if (hi < 0 || lo < 0) return 0;
+        out[n++] = (unsigned char)(hi << 4 | lo);
+        p += 2;
+    }
+    return (n == 32 || n == 48) && (p[0] == '\0' || p[0] == '\n') ? n : 0;
+}
+
+static inline void hub_keylog(const SSL *ssl, const char *line) {
+    hub_tls13_secrets *s = (hub_tls13_secrets *)SSL_get_ex_data(ssl, 0);
+    if (s == NULL || line == NULL) return;
+    int n;
+    if ((n = hub_keylog_take(line, "CLIENT_TRAFFIC_SECRET_0", s->client)) > 0) s->clientLength = n;
+    else if ((n = hub_keylog_take(line, "SERVER_TRAFFIC_SECRET_0", s->server)) > 0) s->serverLength = n;
+}
+
+static inline const unsigned char *hub_secrets_client(const hub_tls13_secrets *s) { return s->client; }
+static inline const unsigned char *hub_secrets_server(const hub_tls13_secrets *s) { return s->server; }
+
+static inline void hub_SSL_CTX_capture_tls13_secrets(SSL_CTX *ctx) { SSL_CTX_set_keylog_callback(ctx, hub_keylog); }
+static inline int hub_SSL_set_secrets(SSL *ssl, hub_tls13_secrets *s) { return SSL_set_ex_data(ssl, 0, s); }
+
+/* HKDF-Expand-Label(secret, label, "", length) for length <= the hash's (one HMAC block). */
+static inline int hub_tls13_expand_label(int sha384, const unsigned char *secret, const char *label,
+                                         unsigned char *out, size_t length) {
+    size_t hashLength = sha384 ? 48 : 32;
+    size_t labelLength = strlen(label);
+    if (length > hashLength || labelLength > 200) return 0;
+    unsigned char info[2 + 1 + 6 + 200 + 1 + 1];
+    size_t n = 0;
+    info[n++] = (unsigned char)(length >> 8);
+    info[n++] = (unsigned char)(length & 0xFF);
+    info[n++] = (unsigned char)(6 + labelLength);
+    memcpy(info + n, "tls13 ", 6);
+    n += 6;
+    memcpy(info + n, label, labelLength);
+    n += labelLength;
+    info[n++] = 0; /* empty context */
+    info[n++] = 1; /* HKDF-Expand's counter: T(1) */
+    unsigned char t[EVP_MAX_MD_SIZE];
+    unsigned int tl = 0;
+    if (HMAC(sha384 ? EVP_sha384() : EVP_sha256(), secret, (int)hashLength, info, n, t, &tl) == NULL) return 0;
+    memcpy(out, t, length);
+    OPENSSL_cleanse(t, sizeof t);
+    return 1;
+}
+
+/* A cipher context bound to one AEAD (0 AES-128-GCM, 1 AES-256-GCM, 2 ChaCha20-Poly1305) for one direction. */
+static inline EVP_CIPHER_CTX *hub_aead_context_new(int suite, int encrypt) {
+    static const char *names[3] = {"AES-128-GCM", "AES-256-GCM", "ChaCha20-Poly1305"};
+    if (suite < 0 || suite > 2) return NULL;
+    EVP_CIPHER *cipher = EVP_CIPHER_fetch(NULL, names[suite], NULL);
+    if (cipher == NULL) return NULL;
+    EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
+    int ok = ctx != NULL && EVP_CipherInit_ex(ctx, cipher, NULL, NULL, NULL, encrypt) == 1;
+    EVP_CIPHER_free(cipher); /* the context holds its own reference */
+    if (!ok) { EVP_CIPHER_CTX_free(ctx); return NULL; }
+    return ctx;
+}
+
+/* Starts one record: the key, the per-record nonce, and the record header as additional data. */
+static inline int hub_aead_start(EVP_CIPHER_CTX *ctx, const unsigned char *key, const unsigned char *nonce,
+                                 const unsigned char *header5) {
+    int outl = 0;
+    if (EVP_CipherInit_ex(ctx, NULL, NULL, key, nonce, -1) != 1) return 0;
+    return EVP_CipherUpdate(ctx, NULL, &outl, header5, 5) == 1;
+}
+
+static inline int hub_aead_update(EVP_CIPHER_CTX *ctx, unsigned char *out, const unsigned char *in, int length) {
+    int outl = 0;
+    if (length == 0) return 1;
+    return EVP_CipherUpdate(ctx, out, &outl, in, length) == 1 && outl == length;
+}
+
+static inline int hub_aead_seal_finish(EVP_CIPHER_CTX *ctx, unsigned char *tag16) {
+    unsigned char rest[32];
+    int outl = 0;
+    if (EVP_CipherFinal_ex(ctx, rest, &outl) != 1 || outl != 0) return 0;
+    return EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_GET_TAG, 16, tag16) == 1;
+}
+
+/* 1 when the tag authenticates the record, 0 otherwise (bad_record_mac). */
+static inline int hub_aead_open_finish(EVP_CIPHER_CTX *ctx, const unsigned char *tag16) {
+    unsigned char rest[32];
+    int outl = 0;
+    if (EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_SET_TAG, 16, (void *)tag16) != 1) return 0;
+    return EVP_CipherFinal_ex(ctx, rest, &outl) == 1 && outl == 0;
+}
+
+/* The bytes a memory BIO holds (a ticket OpenSSL wrote after the handshake). */
+static inline long hub_BIO_mem_bytes(BIO *b, char **data) { return BIO_get_mem_data(b, data); }

@@ -1,3 +1,4 @@
+import COpenSSL
 import Foundation
 import Glibc
 import Testing
@@ -316,4 +317,123 @@ func readUntilEOF(_ fd: Int32, timeout: Double) throws -> [UInt8] {
         result += buffer[0..<n]
     }
     return result
+}
+
+/// The hub's own TLS 1.3 record layer (`TLSRecordLayer`): after a TLS 1.3 handshake OpenSSL's `SSL` is freed and the
+/// hub seals and opens records itself. These check it against OpenSSL as the peer: every suite, resumption with the
+/// ticket issued after the handshake, KeyUpdate both ways, TLS 1.2 left to OpenSSL, and hostile records after the
+/// handshake, each answered with the alert RFC 8446 names while another client is served.
+extension TLSTests {
+    /// `openssl s_client` with `arguments`, sending `input`; what it printed.
+    static func sClient(port: Int, ca: TestCA, _ arguments: [String], input: String = "") throws -> String {
+        let run = try InteropProcess("/usr/bin/env", ["openssl", "s_client", "-connect", "127.0.0.1:\(port)",
+                                                      "-servername", "localhost", "-CAfile", ca.caFile, "-ign_eof"] + arguments,
+                                     stdin: input)
+        _ = run.wait(timeout: 10)
+        return run.stdout + run.stderr
+    }
+
+    static func recordLayerConnections(_ hub: HubProcess) throws -> Int? {
+        (try hub.stats()["tls"] as? [String: Any])?["recordLayerConnections"] as? Int
+    }
+
+    @Test func everySuiteResumptionAndTLS12() throws {
+        let ca = try TestCA()
+        let (hub, _, _) = try Self.tlsHub(ca)
+        let health = "GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+        for suite in ["TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256"] {
+            let out = try Self.sClient(port: hub.port, ca: ca, ["-ciphersuites", suite], input: health)
+            #expect(out.contains("New, TLSv1.3, Cipher is \(suite)"), "\(out)")
+            #expect(out.contains("HTTP/1.1 200 OK") && out.contains(#""status":"ok""#), "\(suite): \(out)")
+        }
+        #expect(try Self.recordLayerConnections(hub) == 3)
+
+        // The session ticket the record layer sends after the handshake resumes a session.
+        let session = ca.directory + "/session.pem"
+        let first = try Self.sClient(port: hub.port, ca: ca, ["-sess_out", session], input: health)
+        #expect(first.contains("New, TLSv1.3") && first.contains("HTTP/1.1 200 OK"), "\(first)")
+        let resumed = try Self.sClient(port: hub.port, ca: ca, ["-sess_in", session], input: health)
+        #expect(resumed.contains("Reused, TLSv1.3"), "\(resumed)")
+        #expect(resumed.contains("HTTP/1.1 200 OK"), "\(resumed)")
+
+        // TLS 1.2 stays with OpenSSL (and works).
+        let tls12 = try Self.sClient(port: hub.port, ca: ca, ["-tls1_2"], input: health)
+        #expect(tls12.contains("New, TLSv1.2") && tls12.contains("HTTP/1.1 200 OK"), "\(tls12)")
+        let stats = try hub.stats()["tls"] as? [String: Any] ?? [:]
+        #expect(stats["handshakes"] as? Int == 6, "\(stats)")
+        #expect(stats["recordLayerConnections"] as? Int == 5, "\(stats)")
+    }
+
+    /// KeyUpdate from the client, with and without asking for one back (RFC 8446 §4.6.3), in the middle of a
+    /// subscribed session: events keep arriving, so the hub switched its read keys and, when asked, its write keys.
+    @Test func keyUpdatesBothWaysKeepTheSessionGoing() throws {
+        let ca = try TestCA()
+        let (hub, _, _) = try Self.tlsHub(ca)
+        let client = try TestTLSClient(port: hub.port, caFile: ca.caFile)
+        let (head, rest) = try client.upgrade(headers: ["Authorization: Bearer \(try hub.token("acc_1"))"])
+        #expect(head.hasPrefix("HTTP/1.1 101"), "\(head)")
+        try client.sendText(#"{"type":"subscribe","channels":["wallet_updates"],"id":"s"}"#)
+        #expect(client.readTexts(1, pending: rest).first?.contains(#""type":"subscribed""#) == true)
+        for (round, requested) in [(1, SSL_KEY_UPDATE_REQUESTED), (2, SSL_KEY_UPDATE_NOT_REQUESTED), (3, SSL_KEY_UPDATE_REQUESTED)] {
+            #expect(SSL_key_update(client.ssl, requested) == 1)
+            try client.sendText(#"{"type":"ping","id":"p\#(round)"}"#)  // carries the KeyUpdate out, then a frame under the new key
+            let pong = client.readTexts(1)
+            #expect(pong.first?.contains(#""id":"p\#(round)""#) == true, "round \(round): \(pong)")
+            _ = try hub.publish(channel: "wallet_updates", account: "acc_1", type: "after_update", data: #"{"round":\#(round)}"#)
+            let event = client.readTexts(1)
+            #expect(event.first?.contains(#""round":\#(round)"#) == true, "round \(round): \(event)")
+        }
+        #expect(try Self.recordLayerConnections(hub) == 1)
+    }
+
+    /// Records a client writes straight to the socket after the handshake, past its own TLS stack. Each gets its
+    /// alert (read by the client's OpenSSL) and the connection ends, while a subscribed client keeps getting events.
+    @Test func hostileRecordsAfterTheHandshakeGetTheirAlerts() throws {
+        let ca = try TestCA()
+        let (hub, _, _) = try Self.tlsHub(ca)
+        let steady = try TestTLSClient(port: hub.port, caFile: ca.caFile)
+        let (head, rest) = try steady.upgrade(headers: ["Authorization: Bearer \(try hub.token("steady"))"])
+        #expect(head.hasPrefix("HTTP/1.1 101"))
+        try steady.sendText(#"{"type":"subscribe","channels":["wallet_updates"],"id":"s"}"#)
+        #expect(steady.readTexts(1, pending: rest).count == 1)
+
+        var rng = SplitMix64(seed: 0x1305)
+        let noise = { (n: Int) in (0..<n).map { _ in UInt8(rng.next() & 0xFF) } }
+        let cases: [(String, [UInt8], String)] = [
+            ("a forged record (bad tag)", [23, 3, 3, 0, 40] + noise(40), "bad record mac"),
+            ("a plaintext handshake record", [22, 3, 3, 0, 5, 24, 0, 0, 1, 0], "unexpected message"),
+            ("a plaintext alert", [21, 3, 3, 0, 2, 2, 40], "unexpected message"),
+            ("an oversized record", [23, 3, 3, 0x41, 0x01] + noise(64), "record overflow"),
+            ("a record too short for a tag", [23, 3, 3, 0, 8] + noise(8), "decode error"),
+            ("a bad version byte", [23, 9, 3, 0, 40] + noise(40), "decode error"),
+        ]
+        for (index, (name, bytes, alert)) in cases.enumerated() {
+            let client = try TestTLSClient(port: hub.port, caFile: ca.caFile)
+            let (answer, _) = try client.upgrade(path: "/echo")  // a live WebSocket session over the record layer
+            #expect(answer.hasPrefix("HTTP/1.1 101"), "\(name): \(answer)")
+            // Some cases one octet per segment, as the hardening issue's crash needed.
+            if index % 2 == 1 {
+                for byte in bytes {
+                    // The hub may end the connection before the last octet (an oversized header is enough).
+                    guard withUnsafeBytes(of: byte, { send(client.fd, $0.baseAddress, 1, Int32(MSG_NOSIGNAL)) }) == 1 else { break }
+                    usleep(1000)
+                }
+            } else {
+                try TestWebSocket.writeAll(client.fd, bytes)
+            }
+            var buffer = [UInt8](repeating: 0, count: 256)
+            var n = 0
+            ERR_clear_error()
+            let ok = SSL_read_ex(client.ssl, &buffer, buffer.count, &n)
+            let error = openSSLErrors()
+            #expect(ok == 0, "\(name): read \(n) bytes")
+            #expect(error.contains(alert), "\(name): \(error)")
+            #expect(try readUntilEOF(client.fd, timeout: 5).isEmpty, "\(name): the hub did not close")
+
+            _ = try hub.publish(channel: "wallet_updates", account: "steady", type: "still_here", data: #"{"case":\#(index)}"#)
+            #expect(steady.readTexts(1).first?.contains(#""case":\#(index)"#) == true, "\(name)")
+        }
+        #expect(hub.process.isRunning)
+        #expect(try Self.recordLayerConnections(hub) == 1 + cases.count)
+    }
 }

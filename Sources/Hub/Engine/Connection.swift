@@ -90,6 +90,10 @@ public final class Connection {
     /// write: the opposite event retries the other direction.
     private var tlsReadWantsWrite = false
     private var tlsWriteWantsRead = false
+    /// A TLS 1.3 server connection after its handshake: the hub's own record layer, and no `SSL` any more.
+    private var records: TLSRecordLayer?
+    /// Where OpenSSL's key-log callback leaves the application traffic secrets during a server handshake.
+    private var tlsSecrets: UnsafeMutablePointer<hub_tls13_secrets>?
 
     /// Adopts a connected non-blocking fd (from a listener or `SocketAddress.connect`) on `loop`.
     /// Call on the loop thread. On error the fd is closed.
@@ -110,7 +114,12 @@ public final class Connection {
             ssl = session
             tlsPhase = .handshaking
             tlsContext = tls
-            if !tls.isServer {
+            if tls.isServer {
+                let secrets = UnsafeMutablePointer<hub_tls13_secrets>.allocate(capacity: 1)
+                secrets.initialize(to: hub_tls13_secrets())
+                tlsSecrets = secrets
+                _ = hub_SSL_set_secrets(session, secrets)
+            } else {
                 tlsSniffed = true
                 // A TLS client speaks first (its hello): it waits for the socket to be writable (connected).
                 interest = Epoll.readable | Epoll.writable
@@ -129,6 +138,15 @@ public final class Connection {
     deinit {
         spill.deallocate()
         if let ssl { SSL_free(ssl) }
+        releaseSecrets()
+    }
+
+    /// Wipes and frees the captured traffic secrets (the record layer has its own copy).
+    private func releaseSecrets() {
+        guard let secrets = tlsSecrets else { return }
+        OPENSSL_cleanse(secrets, MemoryLayout<hub_tls13_secrets>.size)
+        secrets.deallocate()
+        tlsSecrets = nil
     }
 
     /// Whether the connection speaks TLS.
@@ -136,8 +154,8 @@ public final class Connection {
 
     /// True until a close is requested.
     public var isOpen: Bool { state == .open }
-    /// Bytes queued but not yet written.
-    public var queuedBytes: Int { out.queuedBytes }
+    /// Bytes queued but not yet written (under TLS 1.3, with the sealed rest of a record the socket did not take).
+    public var queuedBytes: Int { out.queuedBytes + (records?.pendingOutBytes ?? 0) }
 
     // MARK: Writing
 
@@ -145,7 +163,7 @@ public final class Connection {
     @discardableResult
     public func write(_ bytes: SharedBytes) -> WriteResult {
         guard state == .open else { return .closed }
-        if out.queuedBytes + bytes.count > maxQueuedBytes { return .overCap }
+        if queuedBytes + bytes.count > maxQueuedBytes { return .overCap }
         out.append(bytes)
         if interest & Epoll.writable != 0 {
             // The socket is full and EPOLLOUT is armed: it will flush; trying now would only EAGAIN.
@@ -164,7 +182,7 @@ public final class Connection {
     @discardableResult
     public func write(copying bytes: UnsafeRawBufferPointer) -> WriteResult {
         guard state == .open else { return .closed }
-        if out.queuedBytes + bytes.count > maxQueuedBytes { return .overCap }
+        if queuedBytes + bytes.count > maxQueuedBytes { return .overCap }
         return write(SharedBytes(copying: bytes))
     }
 
@@ -191,14 +209,16 @@ public final class Connection {
     ///   false when the handler itself asked for the flush.
     private func flushNow(notify: Bool = false) {
         if tlsPhase == .handshaking { return }  // flushed when the handshake completes
-        guard !out.isEmpty else {
+        guard !out.isEmpty || records?.hasPendingOut == true else {
             if state == .draining { shutdownWrite() }
             return
         }
         let result: OutboundQueue.FlushResult
         let written: Int
         var wantsRead = false
-        if let ssl {
+        if let records {
+            (result, written) = out.flushRecords(records, fd: fd, crypto: loop.tlsRecords)
+        } else if let ssl {
             (result, written, wantsRead) = out.flushTLS(ssl, staging: loop.tlsStaging)
         } else {
             (result, written) = out.flush(fd: fd, iov: loop.iovecs)
@@ -259,6 +279,7 @@ public final class Connection {
 
     /// OpenSSL holds input already read from the socket (read-ahead): epoll will not report it.
     private var tlsHasPending: Bool {
+        if let records { return records.hasCompleteRecord }
         guard let ssl, tlsPhase == .established else { return false }
         return SSL_has_pending(ssl) == 1
     }
@@ -313,7 +334,11 @@ public final class Connection {
             let room = buffer.count - prefix
             let result: IOResult<Int>
             do {
-                if let ssl {
+                if let records {
+                    // `room` is at least 64 KiB (the shared buffer's second half, or the spill's headroom): a record fits.
+                    result = try records.read(fd: fd, into: buffer.baseAddress! + prefix, room: room, crypto: loop.tlsRecords)
+                    if records.hasPendingOut { flushNow(notify: true) }  // a KeyUpdate answer
+                } else if let ssl {
                     result = try tlsRead(ssl, buffer.baseAddress! + prefix, room)
                 } else {
                     result = try syscall("read") { Glibc.read(fd, buffer.baseAddress! + prefix, room) }
@@ -412,6 +437,7 @@ public final class Connection {
                 loop.metrics.tlsPlaintextRefused += 1
                 SSL_free(ssl)
                 self.ssl = nil
+                releaseSecrets()
                 tlsPhase = .none
                 setInterest(Epoll.readable)
                 out.append(SharedBytes(answer))
@@ -424,6 +450,22 @@ public final class Connection {
         if r == 1 {
             tlsPhase = .established
             loop.metrics.tlsHandshakes += 1
+            if let secrets = tlsSecrets {
+                defer { releaseSecrets() }
+                switch TLSRecordLayer.takeOver(ssl, secrets: secrets, issueTicket: true) {
+                case .handedOff(let layer):
+                    records = layer
+                    SSL_free(ssl)
+                    self.ssl = nil
+                    loop.metrics.tlsRecordLayerConnections += 1
+                case .keepOpenSSL:
+                    SSL_set_read_ahead(ssl, 1)
+                case .failed:
+                    loop.metrics.tlsHandshakeFailures += 1
+                    closeNow(reason: .error(EPROTO), abortive: false)
+                    return
+                }
+            }
             setInterest(readingPaused ? 0 : Epoll.readable)
             flushNow(notify: true)
             if state == .open && !readingPaused && tlsHasPending { readAvailable() }
@@ -537,7 +579,9 @@ public final class Connection {
     private func shutdownWrite() {
         guard state == .draining else { return }
         state = .halfClosed
-        if let ssl, tlsPhase == .established {
+        if let records {
+            records.sendCloseNotify(fd: fd, crypto: loop.tlsRecords)
+        } else if let ssl, tlsPhase == .established {
             ERR_clear_error()
             _ = SSL_shutdown(ssl)  // close_notify; a full socket loses it, which the WebSocket close made moot
             ERR_clear_error()
@@ -571,6 +615,8 @@ public final class Connection {
             SSL_free(ssl)
             self.ssl = nil
         }
+        records = nil
+        releaseSecrets()
         let h = handler
         handler = nil
         h?.connectionClosed(self, reason: closeReason)

@@ -15,6 +15,8 @@ public struct EngineMetrics: Sendable, Equatable {
     /// TLS handshakes completed, and failed (bad hello, old protocol version, no common cipher, peer gone).
     public var tlsHandshakes = 0
     public var tlsHandshakeFailures = 0
+    /// TLS 1.3 connections whose record layer the hub runs itself after the handshake (OpenSSL's state freed).
+    public var tlsRecordLayerConnections = 0
     /// Peers that spoke plain HTTP to a TLS port (answered in the clear, then closed).
     public var tlsPlaintextRefused = 0
     public var openConnections: Int { connectionsOpened - connectionsClosed }
@@ -34,6 +36,7 @@ public struct EngineMetrics: Sendable, Equatable {
         r.connectionsClosed += b.connectionsClosed
         r.tlsHandshakes += b.tlsHandshakes
         r.tlsHandshakeFailures += b.tlsHandshakeFailures
+        r.tlsRecordLayerConnections += b.tlsRecordLayerConnections
         r.tlsPlaintextRefused += b.tlsPlaintextRefused
         return r
     }

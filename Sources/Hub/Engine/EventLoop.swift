@@ -74,6 +74,8 @@ public final class EventLoop: @unchecked Sendable {
     /// Where a TLS connection gathers small queued frames into one record's worth of plaintext (see `OutboundQueue`).
     let tlsStaging: UnsafeMutableRawBufferPointer
     static let tlsRecordSize = 16 * 1024
+    /// Cipher contexts and buffers of the hub's TLS 1.3 record layer, made when the loop's first one needs them.
+    private(set) lazy var tlsRecords = TLSRecordCrypto()
 
     private var preHooks: [() -> Void] = []
     private var postHooks: [() -> Void] = []

@@ -144,6 +144,55 @@ struct OutboundQueue {
         return (.drained, written, false)
     }
 
+    /// TLS 1.3 through the hub's own record layer: seals up to 16 KiB of queued plaintext per record, straight from
+    /// the queued frames (no gathering copy), and sends each record with one `send`. A record the socket takes only
+    /// part of stays with the layer (its plaintext is consumed: the record is sealed with its sequence number).
+    /// - Returns: the outcome and the plaintext bytes sealed.
+    mutating func flushRecords(_ layer: TLSRecordLayer, fd: Int32, crypto: TLSRecordCrypto) -> (FlushResult, Int) {
+        var written = 0
+        do throws(SyscallError) {
+            while true {
+                guard try layer.sendPending(fd: fd) else { return (.pending, written) }
+                guard queuedBytes > 0 else { return (.drained, written) }
+                let n = min(queuedBytes, TLSRecordLayer.maxPlaintext)
+                guard layer.beginRecord(length: n, crypto: crypto), sealPrefix(n, layer, crypto),
+                      let length = layer.finishRecord(type: 23, crypto: crypto) else {
+                    return (.failed(SyscallError(call: "TLS seal", code: EPROTO)), written)
+                }
+                consume(n)
+                written += n
+                let record = crypto.record.baseAddress!
+                let sent: Int
+                switch try syscall("send", { Glibc.send(fd, record, length, Int32(MSG_NOSIGNAL)) }) {
+                case .processed(let w): sent = w
+                case .wouldBlock: sent = 0
+                }
+                if sent < length {
+                    layer.appendPending(record + sent, length - sent)
+                    return (.pending, written)
+                }
+            }
+        } catch {
+            return (.failed(error), written)
+        }
+    }
+
+    /// Feeds the first `count` queued bytes to the record being sealed.
+    private func sealPrefix(_ count: Int, _ layer: TLSRecordLayer, _ crypto: TLSRecordCrypto) -> Bool {
+        var left = count
+        var i = head
+        var offset = headOffset
+        while left > 0 {
+            let b = chunks[i].bytes
+            let take = min(b.count - offset, left)
+            guard layer.sealMore(b.baseAddress! + offset, take, crypto: crypto) else { return false }
+            left -= take
+            i += 1
+            offset = 0
+        }
+        return true
+    }
+
     /// Copies the first `count` queued bytes into `staging`.
     private func gather(_ count: Int, into staging: UnsafeMutableRawBufferPointer) {
         var copied = 0

@@ -15,7 +15,8 @@ import Synchronization
 ///   buffer, so a retry after WANT_WRITE may come from another address with the same bytes.
 /// - Read-ahead: one `read` fetches as many records as the kernel has (fewer syscalls); the connection asks
 ///   `SSL_has_pending` before it believes the socket drained.
-/// - No server-side session cache (memory stays bounded); TLS 1.3 resumption still works through one stateless ticket.
+/// - No server-side session cache (memory stays bounded); TLS 1.3 resumption still works through one stateless ticket,
+///   issued after the handshake (see `TLSRecordLayer`, which then runs the connection's records).
 ///
 /// Reload: `ServerTLS.reload` builds a new context and swaps it in; connections keep the context they were made from
 /// (OpenSSL counts references), new ones get the new pair. A pair that fails to load leaves the old one in place.
@@ -89,6 +90,10 @@ public final class TLSContext: @unchecked Sendable {
         SSL_set_bio(ssl, bio, bio)  // one BIO for both directions: SSL_free frees it once
         if isServer {
             SSL_set_accept_state(ssl)
+            // No read-ahead during the handshake: the socket is read record by record, so that nothing after the
+            // client's Finished is in OpenSSL's hands when `TLSRecordLayer` takes over (turned on again for
+            // connections OpenSSL keeps).
+            SSL_set_read_ahead(ssl, 0)
         } else {
             SSL_set_connect_state(ssl)
             if let serverName {
@@ -119,7 +124,10 @@ public final class TLSContext: @unchecked Sendable {
         guard let ctx = SSL_CTX_new(TLS_server_method()) else { throw TLSError("SSL_CTX_new failed: \(openSSLErrors())") }
         configureCommon(ctx)
         _ = hub_SSL_CTX_set_session_cache_mode(ctx, Int(SSL_SESS_CACHE_OFF))
-        _ = SSL_CTX_set_num_tickets(ctx, 1)
+        // No ticket inside the handshake: `TLSRecordLayer.takeOver` issues it once the handshake is done, into a
+        // memory BIO, so that it knows how many records went out under the new keys.
+        _ = SSL_CTX_set_num_tickets(ctx, 0)
+        hub_SSL_CTX_capture_tls13_secrets(ctx)
         hub_SSL_CTX_use_alpn_http11(ctx)
         guard access(certificateFile, R_OK) == 0 else {
             SSL_CTX_free(ctx)

@@ -224,6 +224,7 @@ final class HubCore: Sendable {
             w.key("tls"); w.beginObject()
             w.field("handshakes", total.engine.tlsHandshakes); w.field("handshakeFailures", total.engine.tlsHandshakeFailures)
             w.field("plaintextRefused", total.engine.tlsPlaintextRefused)
+            w.field("recordLayerConnections", total.engine.tlsRecordLayerConnections)
             w.endObject()
             let history = broker.statistics()
             w.key("history"); w.beginObject()

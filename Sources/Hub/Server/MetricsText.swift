@@ -37,6 +37,8 @@ enum MetricsText {
                one(total.counters.rejectedConnections + total.engine.shedConnections))
         metric("hub_protocol_errors_total", "counter", "WebSocket connections closed for protocol violations.", one(total.counters.protocolErrors))
         metric("hub_tls_handshakes_total", "counter", "TLS handshakes completed.", one(total.engine.tlsHandshakes))
+        metric("hub_tls_record_layer_connections_total", "counter",
+               "TLS 1.3 connections handed from OpenSSL to the hub's own record layer after the handshake.", one(total.engine.tlsRecordLayerConnections))
         metric("hub_tls_handshake_failures_total", "counter", "TLS handshakes failed (bad hello, old protocol version, no common cipher, peer gone, timed out excluded).",
                one(total.engine.tlsHandshakeFailures))
         metric("hub_tls_plaintext_refused_total", "counter", "Plain HTTP sent to a TLS port (answered 400 TLS_REQUIRED in the clear).", one(total.engine.tlsPlaintextRefused))
