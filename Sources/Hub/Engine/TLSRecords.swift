@@ -70,8 +70,12 @@ final class TLSRecordLayer {
     private var outCapacity = 0
     /// The peer's close_notify arrived: reads are at EOF from now on.
     private(set) var peerClosed = false
+    /// KeyUpdate messages the peer sent.
+    private(set) var keyUpdatesReceived = 0
 
-    private init(suite: Suite, clientSecret: UnsafeRawPointer, serverSecret: UnsafeRawPointer, writeSeq: UInt64) {
+    /// A server's layer from the two traffic secrets (`takeOver`; tests and the fuzzer make the client's mirror
+    /// image by swapping them).
+    init(suite: Suite, clientSecret: UnsafeRawPointer, serverSecret: UnsafeRawPointer, writeSeq: UInt64) {
         self.suite = suite
         self.writeSeq = writeSeq
         keys = .allocate(byteCount: Self.keysSize, alignment: 16)
@@ -213,7 +217,14 @@ final class TLSRecordLayer {
     /// Seals the content type and the tag: the whole record is `crypto.record[0..<returned]`.
     func finishRecord(type: UInt8, crypto: TLSRecordCrypto) -> Int? {
         var contentType = type
-        guard sealMore(&contentType, 1, crypto: crypto), let ctx = crypto.sealContext(suite) else { return nil }
+        guard sealMore(&contentType, 1, crypto: crypto) else { return nil }
+        return sealTag(crypto: crypto)
+    }
+
+    /// Ends the record with its tag (after `sealMore` has sealed the whole inner plaintext, content type and any
+    /// padding included: `finishRecord` does both for the hub's own records).
+    func sealTag(crypto: TLSRecordCrypto) -> Int? {
+        guard let ctx = crypto.sealContext(suite) else { return nil }
         let tag = (crypto.record.baseAddress! + crypto.sealed).assumingMemoryBound(to: UInt8.self)
         guard hub_aead_seal_finish(ctx, tag) == 1 else { return nil }
         writeSeq &+= 1
@@ -403,6 +414,7 @@ final class TLSRecordLayer {
             guard requested <= 1 else { throw .alert(47) }  // illegal_parameter
             guard updateSecret(base: Self.readBase) else { throw .alert(80) }
             readSeq = 0
+            keyUpdatesReceived += 1
             if requested == 1 {
                 // Answer under the current write keys, then switch them (RFC 8446 §4.6.3).
                 guard queueRecord(type: 22, [24, 0, 0, 1, 0], crypto: crypto) else { throw .alert(80) }
@@ -411,6 +423,13 @@ final class TLSRecordLayer {
             }
             at += 5
         }
+    }
+
+    /// This side sent a KeyUpdate (a test's client does): its write keys move on.
+    func keyUpdateSent() -> Bool {
+        guard updateSecret(base: Self.writeBase) else { return false }
+        writeSeq = 0
+        return true
     }
 
     private func keepIncomplete(_ bytes: UnsafeRawPointer, _ count: Int) {

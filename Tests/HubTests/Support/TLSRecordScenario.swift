@@ -1,0 +1,172 @@
+// One input of the TLS record-layer fuzzer (`Fuzz/TLSRecordsFuzz.swift`), also replayed by `swift test`
+// (`TLSRecordLayerTests`). The fuzz build compiles this file together with Sources/Hub/Engine/TLSRecords.swift, with
+// no Hub module to import.
+#if canImport(Hub)
+@testable import Hub
+#endif
+import COpenSSL
+import Glibc
+
+/// A client's records, built from fuzz bytes and sealed by a mirror-image `TLSRecordLayer` (the client's keys), go
+/// over a socketpair to the server's layer, cut into writes of one size; the server's layer reads them as the
+/// connection would. The model says what must come out.
+///
+/// Input: byte 0 picks the suite (bits 0-1, mod 3) and the write size (bits 2-3: all at once, one octet, 7, 1000).
+/// Then operations, each an op byte `k` and its operands:
+/// - `k % 8` 0-2: application data: a length byte L and L content bytes, then `(k >> 3) & 7` zeros of padding;
+/// - 3: KeyUpdate, asking for one back if bit 3; bit 4 makes it malformed (request value 2: illegal_parameter);
+/// - 4: an alert with the next byte as its description (0 close_notify, 90 user_canceled, others fatal);
+/// - 5: a record whose content type is not allowed (no type at all, change_cipher_spec, 24 or 99, by bits 3-4);
+/// - 6: L raw bytes, not a record (what follows is unknowable: only the data before must hold);
+/// - 7: an empty application data record.
+///
+/// Invariants: no crash and no hang; the application bytes that come out are exactly those of the data records (a
+/// prefix of them when a bad record ends the connection: bytes opened in the same read as the bad record are
+/// dropped with the connection); a close_notify reads as EOF; a bad record fails the read; each KeyUpdate that
+/// asks for one gets one, which the client opens; and a record the server seals at the end opens at the client,
+/// so both sides' keys stayed in step through every update.
+enum TLSRecordScenario {
+    private enum Ending { case open, closeNotify, invalid, garbage }
+
+    /// nil when every invariant held, or what broke.
+    static func run(_ input: [UInt8]) -> String? {
+        guard input.count >= 1 else { return nil }
+        let suite = TLSRecordLayer.Suite(rawValue: Int32(input[0] & 3) % 3) ?? .aes128GCM
+        let writeSize = [Int.max, 1, 7, 1000][Int(input[0] >> 2) & 3]
+        let clientSecret = [UInt8](repeating: 0x11, count: 48), serverSecret = [UInt8](repeating: 0x22, count: 48)
+        let server = TLSRecordLayer(suite: suite, clientSecret: clientSecret, serverSecret: serverSecret, writeSeq: 0)
+        let client = TLSRecordLayer(suite: suite, clientSecret: serverSecret, serverSecret: clientSecret, writeSeq: 0)
+        let crypto = TLSRecordCrypto()
+
+        // The client's stream, and what the server must make of it.
+        var stream: [UInt8] = []
+        var expected: [UInt8] = []
+        var answersOwed = 0
+        var ending = Ending.open
+        func seal(_ inner: [UInt8]) -> String? {
+            guard client.beginRecord(length: inner.count - 1, crypto: crypto),
+                  inner.withUnsafeBytes({ client.sealMore($0.baseAddress!, $0.count, crypto: crypto) }),
+                  let length = client.sealTag(crypto: crypto) else { return "the client could not seal a record" }
+            stream += UnsafeRawBufferPointer(start: crypto.record.baseAddress!, count: length)
+            return nil
+        }
+        var i = 1
+        func byte() -> UInt8? {
+            guard i < input.count else { return nil }
+            defer { i += 1 }
+            return input[i]
+        }
+        func bytes(_ n: Int) -> [UInt8] {
+            let end = min(input.count, i + n)
+            defer { i = end }
+            return Array(input[i..<end])
+        }
+        while ending == .open, let k = byte() {
+            switch k % 8 {
+            case 0, 1, 2:
+                let content = bytes(Int(byte() ?? 0))
+                if let problem = seal(content + [23] + [UInt8](repeating: 0, count: Int(k >> 3) & 7)) { return problem }
+                expected += content
+            case 3:
+                let malformed = k & 0x10 != 0
+                let request: UInt8 = malformed ? 2 : (k & 0x08 != 0 ? 1 : 0)
+                if let problem = seal([24, 0, 0, 1, request, 22]) { return problem }
+                if malformed { ending = .invalid; break }
+                guard client.keyUpdateSent() else { return "the client's key update failed" }
+                if request == 1 { answersOwed += 1 }
+            case 4:
+                let description = byte() ?? 0
+                if let problem = seal([description == 0 ? 1 : 2, description, 21]) { return problem }
+                if description == 0 { ending = .closeNotify } else if description != 90 { ending = .invalid }
+            case 5:
+                let inner: [[UInt8]] = [[0, 0, 0], [1, 20], [1, 24], [7, 99]]
+                if let problem = seal(inner[Int(k >> 3) & 3]) { return problem }
+                ending = .invalid
+            case 6:
+                stream += bytes(Int(byte() ?? 0))
+                ending = .garbage
+            default:
+                if let problem = seal([23]) { return problem }
+            }
+        }
+
+        // Over a socketpair, in writes of `writeSize`, read by the server after each.
+        var fds: [Int32] = [0, 0]
+        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0 else { return nil }  // out of descriptors: not the layer's fault
+        defer { Glibc.close(fds[0]); Glibc.close(fds[1]) }
+        for fd in fds { _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) }
+        let room = TLSRecordLayer.maxRecord * 4
+        let destination = UnsafeMutableRawPointer.allocate(byteCount: room, alignment: 16)
+        defer { destination.deallocate() }
+        var delivered: [UInt8] = []
+        var eof = false
+        var failed = false
+        var offset = 0
+        var rounds = 0
+        while offset < stream.count && !eof && !failed {
+            rounds += 1
+            if rounds > stream.count + 16 { return "no progress writing the stream" }
+            let n = min(writeSize, stream.count - offset)
+            let sent = stream[offset..<(offset + n)].withUnsafeBytes { send(fds[1], $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            if sent > 0 { offset += sent }
+            // Read until the socket is drained, as the loop would.
+            var reads = 0
+            reading: while true {
+                reads += 1
+                if reads > stream.count + 16 { return "the server's read makes no progress" }
+                do {
+                    switch try server.read(fd: fds[0], into: destination, room: room, crypto: crypto) {
+                    case .processed(0): eof = true; break reading
+                    case .processed(let got): delivered += UnsafeRawBufferPointer(start: destination, count: got)
+                    case .wouldBlock: break reading
+                    }
+                } catch {
+                    failed = true
+                    break reading
+                }
+            }
+        }
+        switch ending {
+        case .open:
+            if failed || eof { return "a valid stream \(failed ? "failed" : "ended")" }
+            if delivered != expected { return "delivered \(delivered.count) bytes, expected \(expected.count)" }
+        case .closeNotify:
+            if failed { return "a stream ending in close_notify failed" }
+            if !eof { return "close_notify did not read as EOF" }
+            if delivered != expected { return "delivered \(delivered.count) bytes before close_notify, expected \(expected.count)" }
+        case .invalid:
+            if !failed { return "a bad record did not fail the read (eof: \(eof))" }
+            if !expected.starts(with: delivered) { return "delivered bytes that were not sent" }
+        case .garbage:
+            if !expected.starts(with: delivered) { return "delivered bytes that were not sent" }
+        }
+        guard ending == .open || ending == .closeNotify else { return nil }
+
+        // The server's KeyUpdate answers reach the client, then a record of the server's: both open there.
+        let tail = Array("tail".utf8)
+        guard server.beginRecord(length: tail.count, crypto: crypto),
+              tail.withUnsafeBytes({ server.sealMore($0.baseAddress!, $0.count, crypto: crypto) }),
+              let length = server.finishRecord(type: 23, crypto: crypto) else { return "the server could not seal" }
+        server.appendPending(crypto.record.baseAddress!, length)
+        var got: [UInt8] = []
+        var rounds2 = 0
+        while got.count < tail.count {
+            rounds2 += 1
+            if rounds2 > 64 { return "the client never got the server's record" }
+            do {
+                _ = try server.sendPending(fd: fds[0])
+                switch try client.read(fd: fds[1], into: destination, room: room, crypto: crypto) {
+                case .processed(0): return "the client read EOF"
+                case .processed(let n): got += UnsafeRawBufferPointer(start: destination, count: n)
+                case .wouldBlock: break
+                }
+            } catch {
+                return "the client could not open the server's records: \(error)"
+            }
+        }
+        if client.keyUpdatesReceived != answersOwed {
+            return "the client got \(client.keyUpdatesReceived) KeyUpdates, asked for \(answersOwed)"
+        }
+        return got == tail ? nil : "the client opened other bytes than the server sealed"
+    }
+}
