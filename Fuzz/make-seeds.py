@@ -118,6 +118,12 @@ def client_seeds():
     s["ws_header_session_reads7"] = encode(WS_HEADER, session, 7)
     s["ws_bad_token"] = encode(WS_BAD, b"")
     s["ws_no_token"] = encode(WS_NONE, b"")
+    # First-message auth (no token in the upgrade): auth first, then the session; or something else first (4003).
+    s["ws_first_auth_session"] = encode(WS_NONE, text({"type": "auth", "token": TOKEN, "platform": "web", "appVersion": "2.0", "id": "a0"})
+                                        + session)
+    s["ws_first_auth_publish"] = reads(WS_NONE | PUBLISH, [text({"type": "auth", "token": TOKEN}), SUB_BOTH, PING_MSG, close(1000)])
+    s["ws_first_not_auth"] = encode(WS_NONE, SUB_WALLET + PING_MSG)
+    s["ws_first_bad_auth"] = encode(WS_NONE, text({"type": "auth", "token": "x.y.z", "id": 1}) + SUB_WALLET)
     s["ws_publish_subscribed"] = reads(WS_HEADER | PUBLISH, [SUB_BOTH, PING_MSG, UNSUB, frame(0x9, b"hb"), close(4000, b"bye")])
     s["ws_publish_small"] = reads(WS_HEADER | PUBLISH | SMALL, [SUB_WALLET, SUB_BOTH, PING_MSG])
     s["ws_auth"] = encode(WS_HEADER, text({"type": "auth", "token": TOKEN, "id": "a1"}) + text({"type": "auth", "token": OTHER, "id": "a2"})

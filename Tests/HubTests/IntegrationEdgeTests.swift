@@ -269,8 +269,8 @@ import WSProtocol
         } else {
             Issue.record("expected the binary echo, got \(String(describing: echoed).prefix(300))")
         }
-        // /ws still refuses without a token, /echo never asks for one.
-        #expect(try rawHTTP(port: hub.port, IntegrationRefusalTests.upgradeRequest()).status == 401)
+        // /ws refuses a bad token, /echo never asks for one.
+        #expect(try rawHTTP(port: hub.port, IntegrationRefusalTests.upgradeRequest(extra: "Authorization: Bearer x.y.z\r\n")).status == 401)
     }
 }
 

@@ -54,10 +54,13 @@ final class Witness {
             throw HubTestError("the upgrade was accepted")
         }
 
-        var r = try refused([])
+        // An Authorization header without a token (no header at all is first-message auth: IntegrationWebAuthTests).
+        var r = try refused([("Authorization", "Bearer ")])
         #expect(r.status == 401 && r.errorCode == "UNAUTHORIZED", "\(r)")
         #expect(r.headers[first: "WWW-Authenticate"]?.hasPrefix("Bearer") == true)
-        try witness.check("no token")
+        try witness.check("empty bearer token")
+        r = try refused([], path: "/ws?access_token=")
+        #expect(r.status == 401 && r.errorCode == "UNAUTHORIZED", "\(r)")
 
         let wrongSecret = try JWTSigner(key: .hmacSecret(Array(repeating: 7, count: 32))).sign(JWTClaims(sub: "acc_1", exp: Int64(time(nil)) + 900))
         r = try refused([("Authorization", "Bearer \(wrongSecret)")])

@@ -28,7 +28,7 @@ struct ProtocolClientTests {
 
     @Test func authAndPing() throws {
         #expect(try parseClient(#"{"type":"auth","token":"eyJ.x.y","id":"a1"}"#).get()
-                == .auth(token: "eyJ.x.y", id: RawJSON("\"a1\"")))
+                == .auth(token: "eyJ.x.y", platform: nil, appVersion: nil, id: RawJSON("\"a1\"")))
         #expect(try parseClient(#"{"type":"ping","id":7}"#).get() == .ping(id: RawJSON("7")))
         #expect(try parseClient(#" {"type":"ping"} "#).get() == .ping(id: nil))
         // Unknown extra fields are ignored; an id with escapes is echoed as sent.

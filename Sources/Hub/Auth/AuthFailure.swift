@@ -29,9 +29,11 @@ public struct AuthFailure: Error, Sendable, Equatable, CustomStringConvertible {
         self.message = message
     }
 
+    public static let unauthorizedCode = "UNAUTHORIZED"
+
     /// Error code for the JSON body: clients refresh on `ErrAccessTokenExpired`, log out otherwise.
     public var code: String {
-        reason == .expired ? "ErrAccessTokenExpired" : "UNAUTHORIZED"
+        reason == .expired ? "ErrAccessTokenExpired" : Self.unauthorizedCode
     }
 
     /// HTTP status to send with `httpBody()`.

@@ -35,12 +35,14 @@ public struct SincePosition: Sendable, Hashable {
 public enum ClientMessage: Sendable, Hashable {
     case subscribe(channels: [String], since: [SincePosition], id: RawJSON?)
     case unsubscribe(channels: [String], id: RawJSON?)
-    case auth(token: String, id: RawJSON?)
+    /// `platform` and `appVersion` are read only from a connection's first message (first-message auth), where a
+    /// browser, which cannot send `X-Platform`/`X-App-Version` headers, says what it is.
+    case auth(token: String, platform: String?, appVersion: String?, id: RawJSON?)
     case ping(id: RawJSON?)
 
     public var id: RawJSON? {
         switch self {
-        case .subscribe(_, _, let id), .unsubscribe(_, let id), .auth(_, let id), .ping(let id): return id
+        case .subscribe(_, _, let id), .unsubscribe(_, let id), .auth(_, _, _, let id), .ping(let id): return id
         }
     }
 
@@ -108,6 +110,8 @@ extension ClientMessage {
         var channels: JSONValue?
         var token: JSONValue?
         var since: JSONValue?
+        var platform: JSONValue?
+        var appVersion: JSONValue?
         do {
             try JSONScanner.forEachMember(in: bytes) { key, value in
                 if key.stringEquals("type", in: bytes) { type = value }
@@ -115,6 +119,8 @@ extension ClientMessage {
                 else if key.stringEquals("channels", in: bytes) { channels = value }
                 else if key.stringEquals("token", in: bytes) { token = value }
                 else if key.stringEquals("since", in: bytes) { since = value }
+                else if key.stringEquals("platform", in: bytes) { platform = value }
+                else if key.stringEquals("appVersion", in: bytes) { appVersion = value }
             }
         } catch {
             if error.isNotAnObject {
@@ -146,7 +152,12 @@ extension ClientMessage {
         if type.stringEquals("auth", in: bytes) {
             guard let token else { throw fail("missing \"token\"") }
             guard token.kind == .string, token.range.count > 2 else { throw fail("\"token\" must be a non-empty string") }
-            return .auth(token: JSONScanner.decodeString(token, in: bytes), id: id)
+            for (name, value) in [("platform", platform), ("appVersion", appVersion)] where value != nil && value?.kind != .string {
+                throw fail("\"\(name)\" must be a string")
+            }
+            return .auth(token: JSONScanner.decodeString(token, in: bytes),
+                         platform: platform.map { JSONScanner.decodeString($0, in: bytes) },
+                         appVersion: appVersion.map { JSONScanner.decodeString($0, in: bytes) }, id: id)
         }
         throw fail("unknown type \(quotedForMessage(JSONScanner.decodeString(type, in: bytes)))")
     }

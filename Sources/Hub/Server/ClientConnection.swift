@@ -42,6 +42,12 @@ final class ClientConnection: ConnectionHandler {
     private var warnedExpiry = false
     /// Counted against `--max-connections-per-account` (released when the connection closes).
     private var countedForAccount = false
+    /// Upgraded without a token (a browser's way): the first message must be `auth`, within the handshake timeout.
+    /// Until then the connection has no account, accepts nothing else and counts as handshaking.
+    private(set) var awaitingAuth = false
+
+    /// The subprotocol name of the hub's JSON protocol, answered when a client offers it (RFC 6455 §4.2.2).
+    static let subprotocol = "hub.v1"
 
     // Subscriptions: indices into the configured channel list.
     var channels: [Int] = []
@@ -239,8 +245,16 @@ final class ClientConnection: ConnectionHandler {
                 // RFC 9110 makes Authorization a singleton field: which one would be meant is ambiguous.
                 return respondHTTP(HTTPError.badRequest("more than one Authorization header").response())
             }
-            switch TokenExtraction.bearerToken(authorizationHeader: authorizations.first,
-                                               accessTokenQuery: head.queryValue("access_token")) {
+            let queryToken = head.queryValue("access_token")
+            if authorizations.isEmpty && queryToken == nil {
+                // No token at all: first-message auth (a browser cannot set headers, and a token in the URL ends up
+                // in logs). The session opens; the first message must be a valid `auth`.
+                awaitingAuth = true
+                reader = MessageReader(configuration: MessageReaderConfiguration(
+                    role: .server, maxFrameSize: configuration.maxMessageBytes, maxMessageSize: configuration.maxMessageBytes))
+                break
+            }
+            switch TokenExtraction.bearerToken(authorizationHeader: authorizations.first, accessTokenQuery: queryToken) {
             case .success(let t): token = t
             case .failure(let failure): return refuse(failure)
             }
@@ -275,9 +289,12 @@ final class ClientConnection: ConnectionHandler {
                 decompressor: decompressor)
         }
         self.mode = mode
-        let response = WebSocketHandshake.response101(key: request.key, subprotocol: nil, extensions: extensionsHeader)
+        // Our protocol's name when offered; anything else is declined by leaving the header out (RFC 6455 §4.2.2):
+        // the client then decides, the handshake does not fail here.
+        let subprotocol = mode == .hub && request.subprotocols.contains(Self.subprotocol) ? Self.subprotocol : nil
+        let response = WebSocketHandshake.response101(key: request.key, subprotocol: subprotocol, extensions: extensionsHeader)
         response.withUnsafeBytes { _ = connection.write(copying: $0) }
-        count(as: .upgraded)
+        if !awaitingAuth { count(as: .upgraded) }
         phase = .webSocket
         if mode == .echo { connection.maxQueuedBytes = max(connection.maxQueuedBytes, 4 * configuration.maxEchoMessageBytes) }
         nextPingAt = monotonicNanos() + UInt64(configuration.pingIntervalSeconds) * 1_000_000_000
@@ -401,14 +418,26 @@ final class ClientConnection: ConnectionHandler {
         do {
             message = try ClientMessage.parse(payload)
         } catch {
-            return reply { w in ClientReplies.error(error, into: &w) }
+            reply { w in ClientReplies.error(error, into: &w) }
+            if awaitingAuth { close(code: Self.unauthorizedClose, reason: AuthFailure.unauthorizedCode) }
+            return
+        }
+        if awaitingAuth {
+            guard case .auth(let token, let platform, let appVersion, let id) = message else {
+                reply { w in
+                    ClientReplies.error(code: AuthFailure.unauthorizedCode, message: #"authenticate first: {"type":"auth","token":"…"}"#,
+                                        details: nil, id: message.id, into: &w)
+                }
+                return close(code: Self.unauthorizedClose, reason: AuthFailure.unauthorizedCode)
+            }
+            return authenticateFirst(token, platform: platform, appVersion: appVersion, id: id)
         }
         switch message {
         case .subscribe(let names, let since, let id):
             subscribe(names, since: since, id: id)
         case .unsubscribe(let names, let id):
             unsubscribe(names, id: id)
-        case .auth(let token, let id):
+        case .auth(let token, _, _, let id):
             refreshToken(token, id: id)
         case .ping(let id):
             reply { w in ClientReplies.pong(id: id, into: &w) }
@@ -614,6 +643,42 @@ final class ClientConnection: ConnectionHandler {
         reply { w in ClientReplies.unsubscribed(channels: names, id: id, into: &w) }
     }
 
+    /// Close codes of first-message auth (docs/PROTOCOL.md 1.4): 4001 expired, 4003 any other refusal (or a first
+    /// message that is not `auth`), 4029 the account's connection limit, 4408 no `auth` within the handshake timeout.
+    static let unauthorizedClose = CloseCode(4003)
+
+    /// The first message of a connection that came without a token: verify it, admit the account, and the session
+    /// is what a header-authenticated one is from the start. A refusal is an error reply (with the message) and a
+    /// close whose reason is the error code, which a browser can read (it cannot read an HTTP 401 body).
+    private func authenticateFirst(_ token: String, platform: String?, appVersion: String?, id: RawJSON?) {
+        switch hub.verifier.verify(token, now: Int64(time(nil))) {
+        case .failure(let failure):
+            context.counters.authFailures[failure.reason.rawValue, default: 0] += 1
+            reply { w in ClientReplies.error(code: failure.code, message: failure.message, details: nil, id: id, into: &w) }
+            close(code: failure.reason == .expired ? CloseCode(4001) : Self.unauthorizedClose, reason: failure.code)
+        case .success(let verified):
+            let account = AccountID(verified.subject)
+            guard hub.admitAccount(account) else {
+                context.counters.rejectedConnections += 1
+                let limit = hub.configuration.maxConnectionsPerAccount
+                reply { w in
+                    ClientReplies.error(code: "RATE_LIMITED", message: "this account already has \(limit) open connections (--max-connections-per-account)",
+                                        details: nil, id: id, into: &w)
+                }
+                return close(code: CloseCode(4029), reason: "RATE_LIMITED")
+            }
+            self.account = account
+            countedForAccount = true
+            tokenExpiresAt = verified.expiresAt
+            self.platform = platform.map { Self.clip($0) }
+            self.appVersion = appVersion.map { Self.clip($0) }
+            awaitingAuth = false
+            count(as: .upgraded)
+            reply { w in ClientReplies.authenticated(expiresAt: verified.expiresAt, id: id, into: &w) }
+            armTimer()
+        }
+    }
+
     private func refreshToken(_ token: String, id: RawJSON?) {
         switch hub.verifier.verify(token, now: Int64(time(nil))) {
         case .failure(let failure):
@@ -803,6 +868,7 @@ final class ClientConnection: ConnectionHandler {
             // One tick early: the wheel fires up to a tick late, and the slot must be free by the deadline.
             return handshakeDeadline > context.loop.timers.tickNanos ? handshakeDeadline - context.loop.timers.tickNanos : 0
         case .webSocket:
+            if awaitingAuth { return handshakeDeadline }
             var d = nextPingAt
             if pongDeadline != 0 { d = min(d, pongDeadline) }
             if mode == .hub {
@@ -854,6 +920,12 @@ final class ClientConnection: ConnectionHandler {
                                    closeMode: .flushAndClose)
             }
         case .webSocket:
+            if awaitingAuth {
+                if now >= handshakeDeadline {
+                    return close(code: CloseCode(4408), reason: "AUTH_TIMEOUT")
+                }
+                return armTimer()
+            }
             let unixNow = Int64(time(nil))
             if mode == .hub {
                 if unixNow >= expiryTime {

@@ -330,7 +330,7 @@ final class HubCore: Sendable {
     func connectionsJSON(account: AccountID?, channel: Int?, limit: Int, id: RawJSON?, _ done: @escaping @Sendable ([UInt8]) -> Void) {
         gather({ context -> (matching: Int, oldest: [ConnectionInfo]) in
             let matching = context.clients.values.filter { c in
-                c.phase == .webSocket && (account == nil || c.account == account) && (channel == nil || c.channels.contains(channel!))
+                c.phase == .webSocket && !c.awaitingAuth && (account == nil || c.account == account) && (channel == nil || c.channels.contains(channel!))
             }
             // Only a loop's `limit` oldest can be among the `limit` oldest of all: copy no more than those.
             let oldest = matching.sorted { $0.connectedAt < $1.connectedAt }.prefix(limit).map { ConnectionInfo($0) }
@@ -567,7 +567,7 @@ final class HubCore: Sendable {
             case .connection(let id):
                 matched = context.clients.values.filter { $0.id == id && $0.phase == .webSocket }
             case .account(let account):
-                matched = context.clients.values.filter { $0.account == account && $0.mode == .hub && $0.phase == .webSocket }
+                matched = context.clients.values.filter { $0.account == account && $0.mode == .hub && $0.phase == .webSocket && !$0.awaitingAuth }
             }
             for c in matched { c.close(code: CloseCode(code), reason: text) }
             return matched.count

@@ -605,7 +605,8 @@ final class ConnectionHarness {
             switch scenario {
             case .raw: expected = nil
             case .wsHeaderToken, .wsQueryToken, .echo, .echoDeflate, .echoDeflateNoContext: expected = 101
-            case .wsBadToken, .wsNoToken: expected = 401
+            case .wsBadToken: expected = 401
+            case .wsNoToken: expected = 101  // first-message auth
             }
             if let expected, responseHead.status != expected {
                 throw HarnessFailure("scenario \(scenario): status \(responseHead.status), expected \(expected)")
@@ -665,8 +666,13 @@ final class ConnectionHarness {
                            + "\(client.pings.count) pings, then \(client.stop); \(sent.count) bytes sent, \(out.count) received]")
         }
 
-        // Hub-initiated closes that need no client fault: a slow consumer (4008), abuse of the rate limit (1008).
+        // Hub-initiated closes that need no client fault: a slow consumer (4008), abuse of the rate limit (1008); on a
+        // /ws session opened without a token (first-message auth), the refusals of that first message: expired
+        // (4001), anything else (4003), the account's connection limit (4029), no auth in time (4408).
+        let firstMessageAuth = !echoMode && request.headers.values("Authorization").isEmpty && request.queryValue("access_token") == nil
+        let authRefusals: Set<UInt16> = [4001, 4003, 4029, 4408]
         let hubInitiated = server.closeCode == 4008 || (server.closeCode == 1008 && !echoMode)
+            || (firstMessageAuth && server.closeCode.map(authRefusals.contains) == true)
         if server.closeCode == 1008 && echoMode { throw failure("/echo closed with 1008") }
 
         switch client.stop {

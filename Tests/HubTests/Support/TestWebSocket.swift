@@ -63,10 +63,11 @@ final class TestWebSocket {
     /// Performs the opening handshake; throws `Refused` when the server answers with anything but 101.
     static func connect(port: Int, host: String = "127.0.0.1", path: String = "/ws", headers: [(String, String)] = [],
                         deflate: PerMessageDeflateConfiguration? = nil, receiveBuffer: Int32? = nil,
-                        behindRequest: [UInt8] = []) throws -> TestWebSocket {
+                        behindRequest: [UInt8] = [], subprotocols: [String] = []) throws -> TestWebSocket {
         let fd = try tcpConnect(port: port, host: host, receiveBuffer: receiveBuffer)
         let key = ClientHandshake.makeKey()
-        let request = ClientHandshake.request(host: "\(host):\(port)", path: path, key: key, extraHeaders: headers, deflate: deflate)
+        let request = ClientHandshake.request(host: "\(host):\(port)", path: path, key: key, subprotocols: subprotocols,
+                                              extraHeaders: headers, deflate: deflate)
         try writeAll(fd, request + behindRequest)  // frames may ride in the same write as the request
         var parser = HTTPResponseParser()
         var buffer = [UInt8](repeating: 0, count: 65536)
@@ -92,7 +93,7 @@ final class TestWebSocket {
                     Glibc.close(fd)
                     throw Refused(status: head.status, headers: head.headers, body: String(decoding: body, as: UTF8.self))
                 }
-                let result = try ClientHandshake.verify(head, key: key, offeredSubprotocols: [], deflate: deflate)
+                let result = try ClientHandshake.verify(head, key: key, offeredSubprotocols: subprotocols, deflate: deflate)
                 return TestWebSocket(fd: fd, response: head, leftover: Array(chunk[consumed...]), deflate: result.deflate)
             }
         }
