@@ -93,7 +93,7 @@ final class TLSRecordLayer {
 
     /// What `takeOver` decided.
     enum TakeOver {
-        /// The layer runs the connection from now on; `ticket` (sealed records, possibly none) goes out first.
+        /// The layer runs the connection from now on; it holds the session ticket OpenSSL sealed (if any) to send first.
         case handedOff(TLSRecordLayer)
         /// Not a TLS 1.3 connection with a suite this layer runs, or OpenSSL holds input: OpenSSL keeps it.
         case keepOpenSSL
@@ -110,18 +110,22 @@ final class TLSRecordLayer {
               Int(secrets.pointee.clientLength) == suite.hashLength, Int(secrets.pointee.serverLength) == suite.hashLength,
               SSL_has_pending(ssl) == 0, SSL_pending(ssl) == 0 else { return .keepOpenSSL }
         var ticket: [UInt8] = []
-        if issueTicket {
-            guard let memory = BIO_new(BIO_s_mem()) else { return .keepOpenSSL }
+        if issueTicket, let memory = BIO_new(BIO_s_mem()) {
             guard let socketBIO = SSL_get_rbio(ssl), BIO_up_ref(socketBIO) == 1 else {
                 BIO_free(memory)
                 return .keepOpenSSL
             }
             SSL_set0_wbio(ssl, memory)  // drops the SSL's write reference to the socket BIO (the read one stays)
             ERR_clear_error()
-            guard SSL_new_session_ticket(ssl) == 1, SSL_do_handshake(ssl) == 1 else {
-                ERR_clear_error()
-                return .failed
+            // A ticket OpenSSL declines to issue is no ticket (no resumption); one it fails to write fails the
+            // connection, since its output now goes nowhere else.
+            if SSL_new_session_ticket(ssl) == 1 {
+                guard SSL_do_handshake(ssl) == 1 else {
+                    ERR_clear_error()
+                    return .failed
+                }
             }
+            ERR_clear_error()
             var data: UnsafeMutablePointer<CChar>?
             let count = hub_BIO_mem_bytes(memory, &data)
             if count > 0, let data {

@@ -1,0 +1,307 @@
+// HubClient: the hub's JavaScript client, one dependency-free ES module for browsers (and Node >= 22, which has a
+// global WebSocket). docs/CLIENT-JS.md explains it; docs/PROTOCOL.md is the protocol it speaks.
+//
+// What it does for an app:
+// - connects with first-message auth (no token in the URL), offering the `hub.v1` subprotocol;
+// - asks the app's `getToken` for a token on every connect, on `token_expiring` (sent in-band, the connection
+//   stays), and after close 4001 (then reconnects);
+// - reconnects with exponential backoff and full jitter (0 to min(maxDelay, baseDelay * 2^attempt)), the attempt
+//   count reset once a connection has lived a minute;
+// - resubscribes every channel after a reconnect, resuming with `since` (the last epoch and seqs it handled), drops
+//   duplicates by seq, resubscribes to fill a gap, and tells the app when the hub could not recover a channel
+//   (`onRecoveryFailed`: refetch that state over REST);
+// - sends an app-level ping every `pingInterval` and reconnects when nothing at all arrived for two intervals.
+//
+// It stops (and reports through `onState` with willRetry false) when the hub refuses the token for good (close 4003
+// UNAUTHORIZED) or when `getToken` throws (the refresh token expired: the app logs the user out).
+
+export const PROTOCOL = "hub.v1";
+
+const CLOSE_EXPIRED = 4001;
+const CLOSE_UNAUTHORIZED = 4003;
+
+export class HubClient {
+  #url; #getToken; #platform; #appVersion; #onState; #onError; #WebSocket;
+  #baseDelay; #maxDelay; #pingInterval;
+  #ws = null;
+  #state = "idle";
+  #stopped = true;
+  #attempt = 0;
+  #connectedAt = 0;
+  #lastMessageAt = 0;
+  #reconnectTimer = null;
+  #pingTimer = null;
+  #nextId = 1;
+  /** channel -> { handlers: Set, onRecoveryFailed, position: {epoch, seq, broadcastSeq} | null, pending: bool } */
+  #channels = new Map();
+
+  /**
+   * @param {object} options see hub-client.d.ts
+   */
+  constructor(options) {
+    if (!options || typeof options.url !== "string") throw new TypeError("HubClient: options.url is required");
+    if (typeof options.getToken !== "function") throw new TypeError("HubClient: options.getToken is required");
+    this.#url = options.url;
+    this.#getToken = options.getToken;
+    this.#platform = options.platform ?? "web";
+    this.#appVersion = options.appVersion;
+    this.#onState = options.onState ?? (() => {});
+    this.#onError = options.onError ?? (() => {});
+    this.#WebSocket = options.WebSocket ?? globalThis.WebSocket;
+    this.#baseDelay = options.baseDelay ?? 500;
+    this.#maxDelay = options.maxDelay ?? 30000;
+    this.#pingInterval = options.pingInterval ?? 25000;
+    if (typeof this.#WebSocket !== "function") throw new TypeError("HubClient: no WebSocket implementation");
+  }
+
+  /** "idle" | "connecting" | "connected" | "disconnected" */
+  get state() { return this.#state; }
+
+  /** Opens the connection (and keeps it open until `close()`). */
+  connect() {
+    if (!this.#stopped) return;
+    this.#stopped = false;
+    this.#attempt = 0;
+    this.#open();
+  }
+
+  /** Closes for good (code 1000); no reconnect. */
+  close() {
+    this.#stopped = true;
+    clearTimeout(this.#reconnectTimer);
+    this.#stopPing();
+    if (this.#ws) {
+      const ws = this.#ws;
+      this.#ws = null;
+      ws.close(1000, "client closed");
+    }
+    this.#setState("disconnected", { code: 1000, reason: "client closed", willRetry: false });
+  }
+
+  /**
+   * Subscribes to `channel`; `onEvent(event)` gets each event once, in seq order per stream.
+   * @returns {{unsubscribe(): void}}
+   */
+  subscribe(channel, onEvent, { onRecoveryFailed } = {}) {
+    let entry = this.#channels.get(channel);
+    if (!entry) {
+      entry = { handlers: new Set(), onRecoveryFailed: null, position: null, pending: false };
+      this.#channels.set(channel, entry);
+      if (this.#state === "connected") this.#sendSubscribe([channel]);
+    }
+    entry.handlers.add(onEvent);
+    if (onRecoveryFailed) entry.onRecoveryFailed = onRecoveryFailed;
+    return {
+      unsubscribe: () => {
+        entry.handlers.delete(onEvent);
+        if (entry.handlers.size > 0 || this.#channels.get(channel) !== entry) return;
+        this.#channels.delete(channel);
+        this.#send({ type: "unsubscribe", channels: [channel] });
+      },
+    };
+  }
+
+  /** The position kept for `channel` ({epoch, seq, broadcastSeq}), or null before its first `subscribed`. */
+  position(channel) {
+    const p = this.#channels.get(channel)?.position;
+    return p ? { ...p } : null;
+  }
+
+  /** Asks `getToken` for a new token now and sends it in-band (the hub answers `authenticated` or an error). */
+  async refreshToken() {
+    await this.#refresh("manual");
+  }
+
+  // --- connection -------------------------------------------------------------------------------------------------
+
+  #open() {
+    if (this.#stopped) return;
+    this.#setState("connecting", {});
+    let ws;
+    try {
+      ws = new this.#WebSocket(this.#url, [PROTOCOL]);
+    } catch (error) {
+      this.#onError(error);
+      return this.#scheduleReconnect(1006, String(error?.message ?? error));
+    }
+    this.#ws = ws;
+    this.#lastMessageAt = Date.now();
+    ws.onopen = () => this.#authenticate(ws);
+    ws.onmessage = (message) => this.#receive(ws, message.data);
+    ws.onclose = (event) => this.#closed(ws, event.code, event.reason);
+    ws.onerror = () => {}; // a close event follows, with the code
+  }
+
+  async #authenticate(ws) {
+    let token;
+    try {
+      token = await this.#getToken({ reason: this.#lastCloseCode === CLOSE_EXPIRED ? "expired" : "connect" });
+    } catch (error) {
+      return this.#giveUp(ws, error);
+    }
+    if (ws !== this.#ws) return;
+    const auth = { type: "auth", token, platform: this.#platform, id: "auth" };
+    if (this.#appVersion !== undefined) auth.appVersion = this.#appVersion;
+    ws.send(JSON.stringify(auth));
+  }
+
+  #lastCloseCode = 0;
+
+  #closed(ws, code, reason) {
+    if (ws !== this.#ws) return;
+    this.#ws = null;
+    this.#stopPing();
+    this.#lastCloseCode = code;
+    for (const entry of this.#channels.values()) entry.pending = false;
+    if (this.#stopped) return;
+    if (code === CLOSE_UNAUTHORIZED) {
+      // The token does not verify: a new connection with the same kind of token would fail again.
+      this.#stopped = true;
+      return this.#setState("disconnected", { code, reason, willRetry: false });
+    }
+    if (Date.now() - this.#connectedAt > 60000 && this.#connectedAt > 0) this.#attempt = 0;
+    this.#scheduleReconnect(code, reason);
+  }
+
+  #scheduleReconnect(code, reason) {
+    // 4001: the token expired: reconnect at once with a fresh one (getToken is asked with reason "expired").
+    const delay = code === CLOSE_EXPIRED ? 0
+      : Math.random() * Math.min(this.#maxDelay, this.#baseDelay * 2 ** this.#attempt);
+    this.#attempt += 1;
+    this.#setState("disconnected", { code, reason, willRetry: true, retryIn: Math.round(delay) });
+    clearTimeout(this.#reconnectTimer);
+    this.#reconnectTimer = setTimeout(() => this.#open(), delay);
+  }
+
+  #giveUp(ws, error) {
+    this.#stopped = true;
+    this.#onError(error);
+    if (this.#ws === ws) {
+      this.#ws = null;
+      this.#stopPing();
+      ws.close(1000, "no token");
+    }
+    this.#setState("disconnected", { code: 1000, reason: "no token: " + String(error?.message ?? error), willRetry: false });
+  }
+
+  #setState(state, details) {
+    this.#state = state;
+    try { this.#onState({ state, ...details }); } catch (error) { this.#onError(error); }
+  }
+
+  #send(message) {
+    if (this.#ws && this.#state === "connected") this.#ws.send(JSON.stringify(message));
+  }
+
+  // --- messages ---------------------------------------------------------------------------------------------------
+
+  #receive(ws, data) {
+    if (ws !== this.#ws) return;
+    this.#lastMessageAt = Date.now();
+    let m;
+    try { m = JSON.parse(data); } catch { return; }
+    if (m === null || typeof m !== "object") return;
+    switch (m.type) {
+      case "authenticated":
+        if (m.id === "auth") this.#authenticated();
+        return;
+      case "subscribed":
+        return this.#subscribed(m);
+      case "unsubscribed":
+      case "pong":
+        return;
+      case "token_expiring":
+        this.#refresh("expiring");
+        return;
+      case "error":
+        this.#onError(Object.assign(new Error(m.error?.message ?? "hub error"), { code: m.error?.code, id: m.id, details: m.error?.details }));
+        return;
+      default:
+        if (typeof m.channel === "string" && typeof m.seq === "number") this.#event(m);
+    }
+  }
+
+  #authenticated() {
+    this.#connectedAt = Date.now();
+    this.#lastCloseCode = 0;
+    this.#setState("connected", {});
+    this.#startPing();
+    const channels = [...this.#channels.keys()];
+    if (channels.length > 0) this.#sendSubscribe(channels);
+  }
+
+  #sendSubscribe(channels) {
+    const since = {};
+    for (const channel of channels) {
+      const entry = this.#channels.get(channel);
+      entry.pending = true;
+      if (entry.position) since[channel] = { ...entry.position };
+    }
+    const message = { type: "subscribe", channels, id: "s" + this.#nextId++ };
+    if (Object.keys(since).length > 0) message.since = since;
+    this.#send(message);
+  }
+
+  #subscribed(m) {
+    for (const [channel, p] of Object.entries(m.positions ?? {})) {
+      const entry = this.#channels.get(channel);
+      if (!entry) continue;
+      entry.pending = false;
+      entry.position = { epoch: p.epoch, seq: p.seq, broadcastSeq: p.broadcastSeq };
+      if (p.recovered === false && entry.onRecoveryFailed) {
+        try { entry.onRecoveryFailed(p.reason); } catch (error) { this.#onError(error); }
+      }
+    }
+  }
+
+  #event(e) {
+    const entry = this.#channels.get(e.channel);
+    if (!entry) return;
+    const key = e.broadcast ? "broadcastSeq" : "seq";
+    const p = entry.position;
+    if (p) {
+      if (e.seq <= p[key]) return; // a duplicate
+      if (e.seq !== p[key] + 1) {
+        // A gap (or a restarted stream): the hub replays what is missing, or says recovered:false.
+        if (!entry.pending) this.#sendSubscribe([e.channel]);
+        return;
+      }
+      p[key] = e.seq;
+    }
+    for (const handler of entry.handlers) {
+      try { handler(e); } catch (error) { this.#onError(error); }
+    }
+  }
+
+  async #refresh(reason) {
+    let token;
+    try {
+      token = await this.#getToken({ reason });
+    } catch (error) {
+      return this.#giveUp(this.#ws, error);
+    }
+    this.#send({ type: "auth", token, id: "refresh" });
+  }
+
+  // --- liveness ---------------------------------------------------------------------------------------------------
+
+  #startPing() {
+    this.#stopPing();
+    this.#pingTimer = setInterval(() => {
+      if (!this.#ws) return;
+      if (Date.now() - this.#lastMessageAt > 2 * this.#pingInterval) {
+        // Nothing at all for two intervals (not even our pongs): the connection is dead without knowing it.
+        const ws = this.#ws;
+        this.#closed(ws, 4002, "no pong");
+        ws.close(1000, "no pong");
+        return;
+      }
+      this.#send({ type: "ping" });
+    }, this.#pingInterval);
+  }
+
+  #stopPing() {
+    clearInterval(this.#pingTimer);
+    this.#pingTimer = null;
+  }
+}
