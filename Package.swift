@@ -13,6 +13,7 @@ let package = Package(
     products: [
         .library(name: "WSProtocol", targets: ["WSProtocol"]),
         .library(name: "Hub", targets: ["Hub"]),
+        .library(name: "HubClient", targets: ["HubClient"]),
         .executable(name: "hub", targets: ["HubServer"]),
         .executable(name: "hubctl", targets: ["hubctl"]),
     ],
@@ -21,11 +22,12 @@ let package = Package(
         .systemLibrary(name: "COpenSSL", path: "Sources/COpenSSL", providers: [.apt(["libssl-dev"])]),
         .target(name: "WSProtocol", dependencies: ["CZlib", "COpenSSL"], swiftSettings: strictSettings),
         .target(name: "Hub", dependencies: ["WSProtocol", "COpenSSL", "CZlib"], swiftSettings: strictSettings),
+        .target(name: "HubClient", dependencies: ["WSProtocol"], swiftSettings: strictSettings),
         .executableTarget(name: "HubServer", dependencies: ["Hub"], swiftSettings: strictSettings),
         .executableTarget(name: "hubctl", dependencies: ["Hub"], swiftSettings: strictSettings),
         .testTarget(name: "WSProtocolTests", dependencies: ["WSProtocol"],
                     resources: [.copy("Corpus")], swiftSettings: strictSettings),
-        .testTarget(name: "HubTests", dependencies: ["Hub", "WSProtocol", "COpenSSL"],
+        .testTarget(name: "HubTests", dependencies: ["Hub", "HubClient", "WSProtocol", "COpenSSL"],
                     resources: [.copy("Corpus")], swiftSettings: strictSettings),
     ]
 )

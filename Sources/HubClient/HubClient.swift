@@ -1,0 +1,360 @@
+import Foundation
+
+/// An event as the hub sends it: `type` and `data` are what the backend published.
+public struct HubEvent: Sendable, Equatable {
+    public let type: String
+    public let channel: String
+    /// The event's number in its stream (the account's, or the channel's broadcasts when `broadcast`).
+    public let seq: UInt64
+    public let broadcast: Bool
+    /// `data`, as JSON.
+    public let data: Data
+
+    /// `data` decoded as a `Decodable` model (the seeds' `Wallet`, `UserProfile`, …).
+    public func decode<T: Decodable>(_ type: T.Type = T.self, using decoder: JSONDecoder = JSONDecoder()) throws -> T {
+        try decoder.decode(T.self, from: data)
+    }
+}
+
+/// What a subscription yields: events, and the hub's word that it could not replay what was missed.
+public enum HubSubscriptionElement: Sendable, Equatable {
+    case event(HubEvent)
+    /// Refetch this channel's state through the REST API (`reason`: `epoch_changed`, `too_old`, `too_many`); events
+    /// go on from the current position.
+    case recoveryFailed(channel: String, reason: String)
+}
+
+public enum HubConnectionState: Sendable, Equatable {
+    case connecting
+    case connected
+    /// `code`: the WebSocket close code (4001 token expired, 4003 token refused, 1001 the hub restarts, 1006 the
+    /// network), or 0 when the client stopped on its own (`stop()`, or the token provider failed).
+    case disconnected(code: UInt16, reason: String, willRetry: Bool)
+}
+
+/// Why the client asks the app for a token.
+public enum TokenRequestReason: Sendable, Equatable {
+    /// A new connection.
+    case connect
+    /// The hub sent `token_expiring`: the token goes in-band, the connection stays.
+    case expiring
+    /// The hub closed with 4001: the token expired; the client reconnects with the new one.
+    case expired
+}
+
+/// Options with sensible defaults.
+public struct HubClientConfiguration: Sendable {
+    /// Shown in `hubctl connections`.
+    public var platform = "iOS"
+    public var appVersion: String?
+    /// Reconnect attempt n waits a random time in [0, min(maxDelay, baseDelay × 2ⁿ)] (full jitter); n resets after a
+    /// connection that lived a minute.
+    public var baseDelay: Duration = .milliseconds(500)
+    public var maxDelay: Duration = .seconds(30)
+    /// App-level ping period; no message at all for two periods means the connection is dead.
+    public var pingInterval: Duration = .seconds(25)
+    public init() {}
+}
+
+/// The hub's Swift client: one connection kept open, authenticated and refreshed, resubscribed and resumed without
+/// gaps after every reconnect. docs/CLIENT-SWIFT.md is the guide.
+///
+/// ```swift
+/// let hub = HubClient(url: URL(string: "wss://api.interspace.com/ws")!) { _ in try await auth.validAccessToken() }
+/// await hub.start()
+/// for await element in await hub.subscribe(["wallet_updates"]) {
+///     if case .event(let e) = element, e.type == "wallet_balance_changed" { balance = try e.decode(Wallet.self).balance }
+/// }
+/// ```
+public actor HubClient {
+    public typealias TokenProvider = @Sendable (TokenRequestReason) async throws -> String
+
+    public nonisolated let url: URL
+    public nonisolated let configuration: HubClientConfiguration
+    /// Connection state changes, for one consumer.
+    public nonisolated let states: AsyncStream<HubConnectionState>
+    private let stateContinuation: AsyncStream<HubConnectionState>.Continuation
+    private let tokenProvider: TokenProvider
+    private let makeTransport: @Sendable () -> any HubTransport
+
+    private struct Position { var epoch: String; var seq: UInt64; var broadcastSeq: UInt64 }
+    private var subscribers: [String: [UUID: AsyncStream<HubSubscriptionElement>.Continuation]] = [:]
+    private var positions: [String: Position] = [:]
+    private var pending: Set<String> = []
+    private var transport: (any HubTransport)?
+    private var authenticated = false
+    private var running: Task<Void, Never>?
+    private var stopped = true
+    private var attempt = 0
+    private var lastCloseCode: UInt16 = 0
+    private var connectedAt: ContinuousClock.Instant?
+    private var lastMessageAt = ContinuousClock.now
+    private var nextID = 1
+    /// The last send: each send waits for the one before, so messages leave in the order they were made.
+    private var sendChain: Task<Void, Never>?
+
+    /// - Parameters:
+    ///   - tokenProvider: returns a current access token (the app's REST refresh, the seeds' `TokenRefreshManager`).
+    ///     Throwing stops the client (state `disconnected(willRetry: false)`): the refresh token expired, log out.
+    ///   - transport: a new transport per connection; by default `POSIXTransport` on Linux, `URLSessionTransport`
+    ///     elsewhere.
+    public init(url: URL, configuration: HubClientConfiguration = HubClientConfiguration(),
+                transport: @escaping @Sendable () -> any HubTransport = HubClient.defaultTransport,
+                tokenProvider: @escaping TokenProvider) {
+        self.url = url
+        self.configuration = configuration
+        self.tokenProvider = tokenProvider
+        self.makeTransport = transport
+        (states, stateContinuation) = AsyncStream.makeStream(of: HubConnectionState.self, bufferingPolicy: .bufferingNewest(64))
+    }
+
+    @Sendable public static func defaultTransport() -> any HubTransport {
+        #if canImport(Glibc)
+        POSIXTransport()
+        #else
+        URLSessionTransport()
+        #endif
+    }
+
+    /// Connects, and keeps connecting until `stop()`.
+    public func start() {
+        guard stopped else { return }
+        stopped = false
+        attempt = 0
+        running = Task { await self.run() }
+    }
+
+    /// Closes (1000) and stops reconnecting. Subscriptions stay registered for a later `start()`.
+    public func stop() async {
+        stopped = true
+        running?.cancel()
+        running = nil
+        if let transport {
+            self.transport = nil
+            await transport.close(code: 1000, reason: "client stopped")
+        }
+        setState(.disconnected(code: 0, reason: "stopped", willRetry: false))
+    }
+
+    /// Events of `channels` for this connection's account, each once, in `seq` order per stream, across reconnects.
+    /// Ending the iteration (or cancelling its task) unsubscribes.
+    public func subscribe(_ channels: [String]) -> AsyncStream<HubSubscriptionElement> {
+        let id = UUID()
+        let (stream, continuation) = AsyncStream.makeStream(of: HubSubscriptionElement.self, bufferingPolicy: .unbounded)
+        var added: [String] = []
+        for channel in Set(channels) {
+            if subscribers[channel] == nil { added.append(channel) }
+            subscribers[channel, default: [:]][id] = continuation
+        }
+        continuation.onTermination = { [weak self] _ in
+            Task { await self?.unsubscribe(id, channels) }
+        }
+        if authenticated && !added.isEmpty { sendSubscribe(added.sorted()) }
+        return stream
+    }
+
+    /// The position kept for `channel`: (epoch, seq, broadcastSeq), nil before its first `subscribed`.
+    public func position(of channel: String) -> (epoch: String, seq: UInt64, broadcastSeq: UInt64)? {
+        positions[channel].map { ($0.epoch, $0.seq, $0.broadcastSeq) }
+    }
+
+    private func unsubscribe(_ id: UUID, _ channels: [String]) {
+        var gone: [String] = []
+        for channel in Set(channels) {
+            subscribers[channel]?[id] = nil
+            if subscribers[channel]?.isEmpty == true {
+                subscribers[channel] = nil
+                positions[channel] = nil
+                gone.append(channel)
+            }
+        }
+        if authenticated && !gone.isEmpty { send(["type": "unsubscribe", "channels": gone.sorted()]) }
+    }
+
+    // MARK: The connection loop
+
+    private func run() async {
+        while !stopped && !Task.isCancelled {
+            setState(.connecting)
+            let transport = makeTransport()
+            self.transport = transport
+            authenticated = false
+            var code: UInt16 = 1006
+            var reason = ""
+            do {
+                try await transport.connect(url: url, protocols: ["hub.v1"])
+                let token: String
+                do {
+                    token = try await tokenProvider(lastCloseCode == 4001 ? .expired : .connect)
+                } catch {
+                    await transport.close(code: 1000, reason: "no token")
+                    return giveUp("no token: \(error)")
+                }
+                var auth: [String: Any] = ["type": "auth", "token": token, "platform": configuration.platform, "id": "auth"]
+                if let appVersion = configuration.appVersion { auth["appVersion"] = appVersion }
+                try await transport.send(text: Self.json(auth))
+                lastMessageAt = .now
+                let pinger = Task { await self.keepAlive(transport) }
+                receiving: while true {
+                    switch await transport.receive() {
+                    case .text(let text): handle(text)
+                    case .closed(let c, let r):
+                        code = c
+                        reason = r
+                        break receiving
+                    }
+                }
+                pinger.cancel()
+            } catch {
+                reason = "\(error)"
+            }
+            if self.transport as AnyObject? === transport as AnyObject { self.transport = nil }
+            authenticated = false
+            pending.removeAll()
+            lastCloseCode = code
+            guard !stopped else { return }
+            if code == 4003 {
+                // The hub refuses this kind of token: another connection with it would fail the same way.
+                stopped = true
+                return setState(.disconnected(code: code, reason: reason, willRetry: false))
+            }
+            if let connectedAt, ContinuousClock.now - connectedAt > .seconds(60) { attempt = 0 }
+            connectedAt = nil
+            let delay: Duration = code == 4001 ? .zero : backoff()
+            attempt += 1
+            setState(.disconnected(code: code, reason: reason, willRetry: true))
+            try? await Task.sleep(for: delay)
+        }
+    }
+
+    private func backoff() -> Duration {
+        let cap = min(configuration.maxDelay, configuration.baseDelay * (1 << min(attempt, 20)))
+        let seconds = Double(cap.components.seconds) + Double(cap.components.attoseconds) / 1e18
+        return .milliseconds(Int((Double.random(in: 0...1) * seconds * 1000).rounded()))
+    }
+
+    private func giveUp(_ reason: String) {
+        stopped = true
+        transport = nil
+        setState(.disconnected(code: 0, reason: reason, willRetry: false))
+    }
+
+    /// App-level pings; a connection that hears nothing for two intervals is cut (the loop then reconnects).
+    private func keepAlive(_ transport: any HubTransport) async {
+        while !Task.isCancelled {
+            try? await Task.sleep(for: configuration.pingInterval)
+            guard !Task.isCancelled, self.transport as AnyObject? === transport as AnyObject else { return }
+            if ContinuousClock.now - lastMessageAt > configuration.pingInterval * 2 {
+                await transport.close(code: 4002, reason: "no pong")
+                if let posix = transport as? any POSIXTransportCancellable { posix.cancelNow() }
+                return
+            }
+            send(["type": "ping"])
+        }
+    }
+
+    private func setState(_ state: HubConnectionState) {
+        stateContinuation.yield(state)
+    }
+
+    // MARK: Messages
+
+    private func handle(_ text: String) {
+        lastMessageAt = .now
+        guard let object = try? JSONSerialization.jsonObject(with: Data(text.utf8), options: []),
+              let message = object as? [String: Any], let type = message["type"] as? String else { return }
+        switch type {
+        case "authenticated":
+            guard message["id"] as? String == "auth" else { return }
+            authenticated = true
+            connectedAt = .now
+            setState(.connected)
+            let channels = subscribers.keys.sorted()
+            if !channels.isEmpty { sendSubscribe(channels) }
+        case "subscribed":
+            for (channel, value) in message["positions"] as? [String: Any] ?? [:] {
+                guard let p = value as? [String: Any], subscribers[channel] != nil else { continue }
+                pending.remove(channel)
+                positions[channel] = Position(epoch: p["epoch"] as? String ?? "", seq: Self.uint(p["seq"]),
+                                              broadcastSeq: Self.uint(p["broadcastSeq"]))
+                if p["recovered"] as? Bool == false {
+                    yield(.recoveryFailed(channel: channel, reason: p["reason"] as? String ?? ""), to: channel)
+                }
+            }
+        case "token_expiring":
+            Task { await self.refresh() }
+        case "unsubscribed", "pong", "error":
+            return
+        default:
+            guard let channel = message["channel"] as? String, let seq = (message["seq"] as? NSNumber)?.uint64Value else { return }
+            let broadcast = message["broadcast"] as? Bool ?? false
+            guard subscribers[channel] != nil else { return }
+            if var p = positions[channel] {
+                let last = broadcast ? p.broadcastSeq : p.seq
+                if seq <= last { return }  // a duplicate
+                if seq != last + 1 {
+                    // A gap, or a restarted stream: resubscribe; the hub replays what is missing or says refetch.
+                    if !pending.contains(channel) { sendSubscribe([channel]) }
+                    return
+                }
+                if broadcast { p.broadcastSeq = seq } else { p.seq = seq }
+                positions[channel] = p
+            }
+            let data = message["data"].flatMap { try? JSONSerialization.data(withJSONObject: $0, options: [.fragmentsAllowed]) } ?? Data("null".utf8)
+            let event = HubEvent(type: type, channel: channel, seq: seq, broadcast: broadcast, data: data)
+            yield(.event(event), to: channel)
+        }
+    }
+
+    private func yield(_ element: HubSubscriptionElement, to channel: String) {
+        for continuation in subscribers[channel]?.values ?? [:].values { continuation.yield(element) }
+    }
+
+    private func refresh() async {
+        let token: String
+        do {
+            token = try await tokenProvider(.expiring)
+        } catch {
+            if let transport { await transport.close(code: 1000, reason: "no token") }
+            return giveUp("no token: \(error)")
+        }
+        send(["type": "auth", "token": token, "id": "refresh"])
+    }
+
+    private func sendSubscribe(_ channels: [String]) {
+        var since: [String: Any] = [:]
+        for channel in channels {
+            pending.insert(channel)
+            if let p = positions[channel] { since[channel] = ["epoch": p.epoch, "seq": p.seq, "broadcastSeq": p.broadcastSeq] }
+        }
+        var message: [String: Any] = ["type": "subscribe", "channels": channels, "id": "s\(nextID)"]
+        nextID += 1
+        if !since.isEmpty { message["since"] = since }
+        send(message)
+    }
+
+    private func send(_ message: [String: Any]) {
+        guard let transport else { return }
+        let text = Self.json(message)
+        let previous = sendChain
+        sendChain = Task {
+            await previous?.value
+            try? await transport.send(text: text)
+        }
+    }
+
+    private static func json(_ object: [String: Any]) -> String {
+        (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])).map { String(decoding: $0, as: UTF8.self) } ?? "{}"
+    }
+
+    private static func uint(_ value: Any?) -> UInt64 { (value as? NSNumber)?.uint64Value ?? 0 }
+}
+
+/// A transport that can be cut at once (no close handshake): a dead connection does not answer a close frame.
+protocol POSIXTransportCancellable { func cancelNow() }
+
+#if canImport(Glibc)
+extension POSIXTransport: POSIXTransportCancellable {
+    func cancelNow() { abort() }
+}
+#endif
