@@ -11,6 +11,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 #include <errno.h>
+#include <malloc.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -229,3 +230,7 @@ static inline int hub_aead_open_finish(EVP_CIPHER_CTX *ctx, const unsigned char 
 
 /* The bytes a memory BIO holds (a ticket OpenSSL wrote after the handshake). */
 static inline long hub_BIO_mem_bytes(BIO *b, char **data) { return BIO_get_mem_data(b, data); }
+
+/* glibc's malloc_trim (Swift's Glibc module does not export malloc.h): free heap pages back to the kernel. It sits in
+ * this shim because it is the package's one C header; the hub calls it after a burst of (TLS) handshakes. */
+static inline int hub_malloc_trim(void) { return malloc_trim(0); }

@@ -120,6 +120,8 @@ final class Coordinator {
     let scenario: String
     var workers: [WorkerProc] = []
     var result: [String: Any] = [:]
+    /// The server's RSS before the last ramp (bytes).
+    var rssBeforeRamp = 0
     let started = monotonicNanos()
     let selfPID = getpid()
     var publisherGroup: EventLoopGroup?

@@ -29,6 +29,7 @@ enum Report {
           Metric(label: "server RSS before (MiB)", path: "server_rss_before_mb", better: ""),
           Metric(label: "server RSS with N open (MiB)", path: "server_rss_after_ramp_mb", better: "lower"),
           Metric(label: "RSS per connection (KiB)", path: "rss_per_connection_bytes", better: "lower", scale: 1.0 / 1024),
+          Metric(label: "RSS per idle connection, after the hold (KiB)", path: "rss_per_idle_connection_bytes", better: "lower", scale: 1.0 / 1024),
           Metric(label: "server CPU per handshake (µs)", path: "server_cpu_us_per_handshake", better: "lower"),
           Metric(label: "server CPU while idle (% of a core)", path: "server_cpu_idle_percent", better: "lower"),
           Metric(label: "generator CPU during ramp (s)", path: "generator_cpu_ramp_seconds", better: "")]),

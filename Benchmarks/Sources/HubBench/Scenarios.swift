@@ -17,6 +17,7 @@ extension Coordinator {
               storm: storm)
         let ramp = waitRamp(count: count, rate: rate)
         let after = server()
+        rssBeforeRamp = before.rssBytes
         let t = progressTotals()
         result["attempted"] = t.attempted
         result["established"] = t.everEstablished
@@ -51,6 +52,10 @@ extension Coordinator {
         result["closed_by_reason"] = t.closed
         result["handshake_latency"] = t.handshake.summary()
         result["server_rss_idle_mb"] = mb(s1.rssBytes)
+        // After the hold: what an idle connection keeps, once a handshake burst's transient memory is gone (the hub
+        // trims its heap after a burst; a server that does not shows the same number as right after the ramp).
+        let established = result["established"] as? Int ?? 0
+        result["rss_per_idle_connection_bytes"] = established > 0 ? (s1.rssBytes - rssBeforeRamp) / established : 0
         result["server_cpu_idle_percent"] = r((s1.cpuSeconds - s0.cpuSeconds) / hold * 100)
         result["machine_cpu_idle_phase_percent"] = MachineSample.busyPercent(s0.machine, s1.machine)
         result["generator_cpu_idle_percent"] = r((generatorCPU(snaps) - g0) / hold * 100)
