@@ -72,7 +72,7 @@ public actor HubClient {
     public nonisolated let url: URL
     public nonisolated let configuration: HubClientConfiguration
     /// Connection state changes, for one consumer.
-    public nonisolated let states: AsyncStream<HubConnectionState>
+    public nonisolated let state: AsyncStream<HubConnectionState>
     private let stateContinuation: AsyncStream<HubConnectionState>.Continuation
     private let tokenProvider: TokenProvider
     private let makeTransport: @Sendable () -> any HubTransport
@@ -105,7 +105,7 @@ public actor HubClient {
         self.configuration = configuration
         self.tokenProvider = tokenProvider
         self.makeTransport = transport
-        (states, stateContinuation) = AsyncStream.makeStream(of: HubConnectionState.self, bufferingPolicy: .bufferingNewest(64))
+        (state, stateContinuation) = AsyncStream.makeStream(of: HubConnectionState.self, bufferingPolicy: .bufferingNewest(64))
     }
 
     @Sendable public static func defaultTransport() -> any HubTransport {

@@ -30,7 +30,7 @@ import Testing
                     }
                 }
             }
-            Task { for await state in client.states { seen.withLock { $0.states.append(state) } } }
+            Task { for await state in client.state { seen.withLock { $0.states.append(state) } } }
         }
     }
 
