@@ -27,6 +27,18 @@ import Testing
         return client
     }
 
+    /// The engine's TLS client upgraded on /ws as `account` and subscribed to wallet_updates (its reply read).
+    static func subscribedClient(_ hub: HubProcess, ca: TestCA, account: String) throws -> TestTLSClient {
+        let client = try TestTLSClient(port: hub.port, caFile: ca.caFile)
+        let (head, rest) = try client.upgrade(headers: ["Authorization: Bearer \(try hub.token(account))"])
+        guard head.hasPrefix("HTTP/1.1 101") else { throw HubTestError("the TLS upgrade was refused: \(head)") }
+        try client.sendText(#"{"type":"subscribe","channels":["wallet_updates"],"id":"s"}"#)
+        guard client.readTexts(1, pending: rest).first?.contains(#""type":"subscribed""#) == true else {
+            throw HubTestError("no subscribed reply over TLS")
+        }
+        return client
+    }
+
     @Test(.enabled(if: PythonPeer.enabled, PythonPeer.skipReason))
     func pythonWebsocketsOverWSSGetsExactlyItsEvents() throws {
         try PythonPeer.requireAvailable()
@@ -86,11 +98,7 @@ import Testing
     @Test func engineClientGetsEventsAndTheHubCoalescesFramesIntoRecords() throws {
         let ca = try TestCA()
         let (hub, _, _) = try Self.tlsHub(ca)
-        let client = try TestTLSClient(port: hub.port, caFile: ca.caFile)
-        let (head, rest) = try client.upgrade(headers: ["Authorization: Bearer \(try hub.token("acc_1"))"])
-        #expect(head.hasPrefix("HTTP/1.1 101"), "\(head)")
-        try client.sendText(#"{"type":"subscribe","channels":["wallet_updates"],"id":"s"}"#)
-        #expect(client.readTexts(1, pending: rest).first?.contains(#""type":"subscribed""#) == true)
+        let client = try Self.subscribedClient(hub, ca: ca, account: "acc_1")
         // 300 events published in one pipelined burst arrive complete and in order.
         let admin = try hub.admin()
         let lines = (1...300).map { #"{"op":"publish","channel":"wallet_updates","account":"acc_1","type":"t","data":{"i":\#($0)}}"# }
@@ -268,11 +276,7 @@ extension TLSTests {
     @Test func randomBytesAtTheTLSPortNeverDisturbTheHub() throws {
         let ca = try TestCA()
         let (hub, _, _) = try Self.tlsHub(ca, extra: ["--handshake-timeout", "2"])
-        let steady = try TestTLSClient(port: hub.port, caFile: ca.caFile)
-        let (head, rest) = try steady.upgrade(headers: ["Authorization: Bearer \(try hub.token("steady"))"])
-        #expect(head.hasPrefix("HTTP/1.1 101"))
-        try steady.sendText(#"{"type":"subscribe","channels":["wallet_updates"],"id":"s"}"#)
-        #expect(steady.readTexts(1, pending: rest).count == 1)
+        let steady = try Self.subscribedClient(hub, ca: ca, account: "steady")
 
         var rng = SplitMix64(seed: 0x7115)
         for round in 0..<150 {
@@ -369,11 +373,7 @@ extension TLSTests {
     @Test func keyUpdatesBothWaysKeepTheSessionGoing() throws {
         let ca = try TestCA()
         let (hub, _, _) = try Self.tlsHub(ca)
-        let client = try TestTLSClient(port: hub.port, caFile: ca.caFile)
-        let (head, rest) = try client.upgrade(headers: ["Authorization: Bearer \(try hub.token("acc_1"))"])
-        #expect(head.hasPrefix("HTTP/1.1 101"), "\(head)")
-        try client.sendText(#"{"type":"subscribe","channels":["wallet_updates"],"id":"s"}"#)
-        #expect(client.readTexts(1, pending: rest).first?.contains(#""type":"subscribed""#) == true)
+        let client = try Self.subscribedClient(hub, ca: ca, account: "acc_1")
         for (round, requested) in [(1, SSL_KEY_UPDATE_REQUESTED), (2, SSL_KEY_UPDATE_NOT_REQUESTED), (3, SSL_KEY_UPDATE_REQUESTED)] {
             #expect(SSL_key_update(client.ssl, requested) == 1)
             try client.sendText(#"{"type":"ping","id":"p\#(round)"}"#)  // carries the KeyUpdate out, then a frame under the new key
@@ -391,11 +391,7 @@ extension TLSTests {
     @Test func hostileRecordsAfterTheHandshakeGetTheirAlerts() throws {
         let ca = try TestCA()
         let (hub, _, _) = try Self.tlsHub(ca)
-        let steady = try TestTLSClient(port: hub.port, caFile: ca.caFile)
-        let (head, rest) = try steady.upgrade(headers: ["Authorization: Bearer \(try hub.token("steady"))"])
-        #expect(head.hasPrefix("HTTP/1.1 101"))
-        try steady.sendText(#"{"type":"subscribe","channels":["wallet_updates"],"id":"s"}"#)
-        #expect(steady.readTexts(1, pending: rest).count == 1)
+        let steady = try Self.subscribedClient(hub, ca: ca, account: "steady")
 
         var rng = SplitMix64(seed: 0x1305)
         let noise = { (n: Int) in (0..<n).map { _ in UInt8(rng.next() & 0xFF) } }
