@@ -185,15 +185,26 @@ import Testing
         let client = await Self.client(proxy.port, { _ in mint("acc_f", 900) }, recorder: r)
         #expect(await Self.subscribed(client))
         proxy.startCutting(every: 0.15...0.3)
-        let publisher = try hub.admin()
         let total = 3000
-        let started = Date()
-        for i in 1...total {
-            _ = try publisher.request(#"{"op":"publish","channel":"wallet_updates","account":"acc_f","type":"tick","data":{"i":\#(i)}}"#)
-            let due = started.addingTimeInterval(Double(i) / 1000)
-            let wait = due.timeIntervalSinceNow
-            if wait > 0 { usleep(UInt32(wait * 1_000_000)) }
+        // The publisher paces itself with blocking calls: on a thread of its own, not the cooperative pool.
+        let socketPath = hub.socketPath
+        let publishError: String? = await withCheckedContinuation { done in
+            Thread.detachNewThread {
+                do {
+                    let publisher = try AdminClient(socketPath: socketPath)
+                    let started = Date()
+                    for i in 1...total {
+                        _ = try publisher.request(#"{"op":"publish","channel":"wallet_updates","account":"acc_f","type":"tick","data":{"i":\#(i)}}"#)
+                        let wait = started.addingTimeInterval(Double(i) / 1000).timeIntervalSinceNow
+                        if wait > 0 { usleep(UInt32(wait * 1_000_000)) }
+                    }
+                    done.resume(returning: nil)
+                } catch {
+                    done.resume(returning: "\(error)")
+                }
+            }
         }
+        #expect(publishError == nil, "\(publishError ?? "")")
         proxy.stopCutting()
         #expect(await Self.until(20) { r.events.count >= total }, "got \(r.events.count) of \(total)")
         try await Task.sleep(for: .milliseconds(200))

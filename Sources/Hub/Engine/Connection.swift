@@ -449,7 +449,6 @@ public final class Connection {
         let r = SSL_do_handshake(ssl)
         if r == 1 {
             tlsPhase = .established
-            loop.metrics.tlsHandshakes += 1
             if let secrets = tlsSecrets {
                 defer { releaseSecrets() }
                 switch TLSRecordLayer.takeOver(ssl, secrets: secrets, issueTicket: true) {
@@ -466,6 +465,7 @@ public final class Connection {
                     return
                 }
             }
+            loop.metrics.tlsHandshakes += 1
             setInterest(readingPaused ? 0 : Epoll.readable)
             flushNow(notify: true)
             if state == .open && !readingPaused && tlsHasPending { readAvailable() }
