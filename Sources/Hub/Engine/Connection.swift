@@ -279,7 +279,9 @@ public final class Connection {
 
     /// OpenSSL holds input already read from the socket (read-ahead): epoll will not report it.
     private var tlsHasPending: Bool {
-        if let records { return records.hasCompleteRecord }
+        // The hub's record layer never holds a whole record back: each `read` opens every whole record it read
+        // (its input is capped at the room for their plaintext), keeping only an incomplete one, which epoll reports.
+        if records != nil { return false }
         guard let ssl, tlsPhase == .established else { return false }
         return SSL_has_pending(ssl) == 1
     }

@@ -179,13 +179,20 @@ struct OutboundQueue {
 
     /// Feeds the first `count` queued bytes to the record being sealed.
     private func sealPrefix(_ count: Int, _ layer: TLSRecordLayer, _ crypto: TLSRecordCrypto) -> Bool {
+        forEachPiece(ofFirst: count) { layer.sealMore($0, $1, crypto: crypto) }
+    }
+
+    /// Hands the first `count` queued bytes to `body`, one contiguous piece at a time, until it returns false.
+    /// - Returns: whether every piece was taken.
+    @inline(__always)
+    private func forEachPiece(ofFirst count: Int, _ body: (UnsafeRawPointer, Int) -> Bool) -> Bool {
         var left = count
         var i = head
         var offset = headOffset
         while left > 0 {
             let b = chunks[i].bytes
             let take = min(b.count - offset, left)
-            guard layer.sealMore(b.baseAddress! + offset, take, crypto: crypto) else { return false }
+            guard body(UnsafeRawPointer(b.baseAddress!) + offset, take) else { return false }
             left -= take
             i += 1
             offset = 0
@@ -196,15 +203,10 @@ struct OutboundQueue {
     /// Copies the first `count` queued bytes into `staging`.
     private func gather(_ count: Int, into staging: UnsafeMutableRawBufferPointer) {
         var copied = 0
-        var i = head
-        var offset = headOffset
-        while copied < count {
-            let b = chunks[i].bytes
-            let take = min(b.count - offset, count - copied)
-            (staging.baseAddress! + copied).copyMemory(from: b.baseAddress! + offset, byteCount: take)
-            copied += take
-            i += 1
-            offset = 0
+        _ = forEachPiece(ofFirst: count) { piece, length in
+            (staging.baseAddress! + copied).copyMemory(from: piece, byteCount: length)
+            copied += length
+            return true
         }
     }
 

@@ -301,12 +301,6 @@ final class TLSRecordLayer {
 
     // MARK: Reading
 
-    /// Whether a whole inbound record is held (epoll will not report it: read again without waiting).
-    var hasCompleteRecord: Bool {
-        guard let spill = inSpill, inCount >= 5 else { return false }
-        return inCount >= 5 + Int(spill.load(fromByteOffset: 3, as: UInt8.self)) << 8 | Int(spill.load(fromByteOffset: 4, as: UInt8.self))
-    }
-
     /// Reads from the socket and opens every whole record into `destination` (at least `maxRecord` bytes of room):
     /// `.processed(n)` with n > 0 plaintext bytes, `.processed(0)` at the peer's close_notify or EOF, `.wouldBlock`
     /// when the socket has nothing more. Throws (after a fatal alert where one is due) when the peer breaks TLS.

@@ -246,12 +246,12 @@ final class ClientConnection: ConnectionHandler {
                 return respondHTTP(HTTPError.badRequest("more than one Authorization header").response())
             }
             let queryToken = head.queryValue("access_token")
+            reader = MessageReader(configuration: MessageReaderConfiguration(
+                role: .server, maxFrameSize: configuration.maxMessageBytes, maxMessageSize: configuration.maxMessageBytes))
             if authorizations.isEmpty && queryToken == nil {
                 // No token at all: first-message auth (a browser cannot set headers, and a token in the URL ends up
                 // in logs). The session opens; the first message must be a valid `auth`.
                 awaitingAuth = true
-                reader = MessageReader(configuration: MessageReaderConfiguration(
-                    role: .server, maxFrameSize: configuration.maxMessageBytes, maxMessageSize: configuration.maxMessageBytes))
                 break
             }
             switch TokenExtraction.bearerToken(authorizationHeader: authorizations.first, accessTokenQuery: queryToken) {
@@ -267,16 +267,12 @@ final class ClientConnection: ConnectionHandler {
             }
             guard hub.admitAccount(account) else {
                 context.counters.rejectedConnections += 1
-                let limit = configuration.maxConnectionsPerAccount
-                return respondHTTP(HTTPError(status: 429, code: "RATE_LIMITED",
-                                             message: "this account already has \(limit) open connections (--max-connections-per-account)",
+                return respondHTTP(HTTPError(status: 429, code: "RATE_LIMITED", message: accountLimitMessage,
                                              headers: [("Retry-After", "10")]).response())
             }
             countedForAccount = true
             platform = head.headers[first: "X-Platform"].map { Self.clip($0) }
             appVersion = head.headers[first: "X-App-Version"].map { Self.clip($0) }
-            reader = MessageReader(configuration: MessageReaderConfiguration(
-                role: .server, maxFrameSize: configuration.maxMessageBytes, maxMessageSize: configuration.maxMessageBytes))
         case .echo:
             var decompressor: PerMessageInflater? = nil
             if let (parameters, answer) = PerMessageDeflate.negotiate(offers: request.extensions, configuration: PerMessageDeflateConfiguration()) {
@@ -660,11 +656,8 @@ final class ClientConnection: ConnectionHandler {
             let account = AccountID(verified.subject)
             guard hub.admitAccount(account) else {
                 context.counters.rejectedConnections += 1
-                let limit = hub.configuration.maxConnectionsPerAccount
-                reply { w in
-                    ClientReplies.error(code: "RATE_LIMITED", message: "this account already has \(limit) open connections (--max-connections-per-account)",
-                                        details: nil, id: id, into: &w)
-                }
+                let message = accountLimitMessage
+                reply { w in ClientReplies.error(code: "RATE_LIMITED", message: message, details: nil, id: id, into: &w) }
                 return close(code: CloseCode(4029), reason: "RATE_LIMITED")
             }
             self.account = account
@@ -677,6 +670,11 @@ final class ClientConnection: ConnectionHandler {
             reply { w in ClientReplies.authenticated(expiresAt: verified.expiresAt, id: id, into: &w) }
             armTimer()
         }
+    }
+
+    /// Why an account at `--max-connections-per-account` is refused (the upgrade's 429, first-message auth's 4029).
+    private var accountLimitMessage: String {
+        "this account already has \(hub.configuration.maxConnectionsPerAccount) open connections (--max-connections-per-account)"
     }
 
     private func refreshToken(_ token: String, id: RawJSON?) {
