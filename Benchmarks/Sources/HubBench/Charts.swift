@@ -55,11 +55,12 @@ enum Charts {
                                               ("events published/s vs offered", "publish_rate_achieved", "events/s", false)] {
                 var plots: [String] = []
                 for (i, s) in servers.enumerated() {
-                    guard let run = byServer[s]?.first, let steps = run["steps"] as? [[String: Any]] else { continue }
+                    // The median over the repeats at each offered rate (a rate some repeat stopped before counts
+                    // the repeats that reached it).
+                    let points = Report.stepMedians(byServer[s] ?? [], path)
+                    if points.isEmpty { continue }
                     gp += "$s\(i)\(log ? "l" : "r") << EOD\n"
-                    for step in steps {
-                        gp += "\(Report.value(step, "rate_offered") ?? 0) \(max(Report.value(step, path) ?? 0, 0.001))\n"
-                    }
+                    for (rate, v) in points { gp += "\(rate) \(max(v, 0.001))\n" }
                     gp += "EOD\n"
                     plots.append("$s\(i)\(log ? "l" : "r") using 1:2 with linespoints lw 2 title '\(s)'")
                 }

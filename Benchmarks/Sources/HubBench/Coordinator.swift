@@ -124,6 +124,8 @@ final class Coordinator {
     var rssBeforeRamp = 0
     let started = monotonicNanos()
     let selfPID = getpid()
+    /// The whole run's start, for the machine's load during it (`machine` in the result).
+    private var runStart = (machine: MachineSample(), server: 0.0, generator: 0.0)
     var publisherGroup: EventLoopGroup?
 
     init(scenario: String, options: Options) {
@@ -148,6 +150,26 @@ final class Coordinator {
         result["loadavg"] = (try? String(contentsOfFile: "/proc/loadavg", encoding: .utf8))?
             .split(separator: " ").prefix(3).joined(separator: " ") ?? ""
         result["date"] = Date().formatted(.iso8601)
+        runStart = (MachineSample.now(), server().cpuSeconds, generatorCPU())
+    }
+
+    /// The machine during the whole run (start to `finish`): every core's busy time, split into the server's, the
+    /// generator's (this process and its workers) and everyone else's, in % of one core; and the load average at the
+    /// end. "others" is what the shared machine's other tenants took from the run.
+    func machineDuringRun() -> [String: Any] {
+        let dt = max(seconds(since: started), 0.001)
+        let busy = MachineSample.busyPercent(runStart.machine, MachineSample.now())
+        let server = (self.server().cpuSeconds - runStart.server) / dt * 100
+        let generator = (generatorCPU() - runStart.generator) / dt * 100
+        return [
+            "busy_percent": busy,
+            "server_percent": r(server),
+            "generator_percent": r(generator),
+            "others_percent": r(max(0, busy - server - generator)),
+            "cores": Int(max(1, sysconf(Int32(_SC_NPROCESSORS_ONLN)))),
+            "loadavg_end": (try? String(contentsOfFile: "/proc/loadavg", encoding: .utf8))?
+                .split(separator: " ").prefix(3).joined(separator: " ") ?? "",
+        ]
     }
 
     // MARK: Server and generator samples
@@ -296,6 +318,7 @@ final class Coordinator {
     func finish() {
         publisherGroup?.shutdown()
         result["wall_seconds"] = seconds(since: started)
+        result["machine"] = machineDuringRun()
         let data = try! JSONSerialization.data(withJSONObject: result, options: [.prettyPrinted, .sortedKeys])
         if let out = options.optional("out") {
             _ = FileManager.default.createFile(atPath: out, contents: data)

@@ -13,7 +13,7 @@ enum Report {
         var scale: Double = 1
     }
 
-    static let serverOrder = ["hub", "nchan", "hummingbird", "python"]
+    static let serverOrder = ["hub", "socketify", "nchan", "hummingbird", "python"]
 
     static let scenarios: [(name: String, title: String, what: String, metrics: [Metric])] = [
         ("connections", "1. connections: ramp to N idle subscribed connections",
@@ -170,11 +170,17 @@ enum Report {
         md += "with the load average above and the per-run `loadavg` in the raw JSON. Each server runs alone, started fresh for "
         md += "each scenario, with the same load generator and the same parameters. CPU is in % of one core (200 % = both "
         md += "cores); \"generator CPU\" is hubbench's own (coordinator, publisher and workers): when it is near the server's "
-        md += "the load generator, not the server, may be the limit.\n\n"
+        md += "the load generator, not the server, may be the limit. Below each table, **machine during the run** is every "
+        md += "core's busy time over the whole run (server, generator and everyone else: the shared machine's other "
+        md += "tenants), and **generator check** says whether the run could have been limited by the load generator: "
+        md += "when the machine was not saturated (busy < 90 % of all cores) the generator had CPU to spare; when it was, "
+        md += "a run where other processes took ≥ 25 % of a core, or the generator used more CPU than the server, is "
+        md += "flagged ⚠.\n\n"
         let repeats = runs.values.flatMap { $0.values.map { $0.count } }.max() ?? 1
         if repeats > 1 {
             md += "Each cell is the **median of \(repeats) runs** (ratios are of the medians; failure and close reasons are the "
-            md += "last run's; the per-account and slow charts show the first run's curves, the bar charts the medians).\n\n"
+            md += "last run's; the per-account chart plots the median at each offered rate, the slow chart the first run's "
+            md += "curves, the bar charts the medians).\n\n"
         }
         if !skipped.isEmpty {
             md += "**Skipped:**\n\n" + Set(skipped).sorted().map { "- \($0)" }.joined(separator: "\n") + "\n\n"
@@ -203,11 +209,21 @@ enum Report {
                 if servers.contains("hub") { md += peers.map { " | " + ratio(values["hub"], values[$0]) }.joined() }
                 md += " |\n"
             }
+            let blanks = servers.contains("hub") ? String(repeating: " | ", count: peers.count) : ""
             var loads: [String: Double] = [:]
             for srv in servers { if let v = median(byServer[srv]!.compactMap { value($0, "loadavg1") }) { loads[srv] = v } }
             if !loads.isEmpty {
                 md += "| load average (1 min) when the run started | " + servers.map { fmt(loads[$0]) }.joined(separator: " | ")
-                md += (servers.contains("hub") ? String(repeating: " | ", count: peers.count) : "") + " |\n"
+                md += blanks + " |\n"
+            }
+            if servers.contains(where: { s in byServer[s]!.contains { $0["machine"] != nil } }) {
+                md += "| machine during the run: busy / server / generator / others (% of a core) | "
+                md += servers.map { s -> String in
+                    let m = { (key: String) in median(byServer[s]!.compactMap { value($0, "machine." + key) }) }
+                    guard let busy = m("busy_percent") else { return "–" }
+                    return "\(fmt(busy)) / \(fmt(m("server_percent"))) / \(fmt(m("generator_percent"))) / \(fmt(m("others_percent")))"
+                }.joined(separator: " | ") + blanks + " |\n"
+                md += "| generator check | " + servers.map { generatorCheck(byServer[$0]!) }.joined(separator: " | ") + blanks + " |\n"
             }
             // Reasons, as text.
             for (key, label) in [("failed_by_reason", "failures by reason"), ("closed_by_reason", "established connections closed, by reason")] {
@@ -230,6 +246,31 @@ enum Report {
         _ = fm.createFile(atPath: out, contents: Data(md.utf8))
         note("report: wrote \(out)")
         exit(0)
+    }
+
+    /// The median of `path` over the repeats at each offered rate of the per-account steps, by rate.
+    static func stepMedians(_ runs: [Run], _ path: String) -> [(rate: Double, value: Double)] {
+        var byRate: [Double: [Double]] = [:]
+        for run in runs {
+            for step in (run["steps"] as? [[String: Any]]) ?? [] {
+                guard let rate = value(step, "rate_offered"), let v = value(step, path) else { continue }
+                byRate[rate, default: []].append(v)
+            }
+        }
+        return byRate.keys.sorted().compactMap { rate in median(byRate[rate]!).map { (rate, $0) } }
+    }
+
+    /// Whether the load generator could have been the limit of these runs (medians over the repeats).
+    static func generatorCheck(_ runs: [Run]) -> String {
+        let m = { (key: String) in median(runs.compactMap { value($0, "machine." + key) }) }
+        guard let busy = m("busy_percent"), let generator = m("generator_percent"), let server = m("server_percent") else { return "–" }
+        let capacity = (m("cores") ?? 1) * 100
+        if busy < 0.9 * capacity { return "ok: machine not saturated (\(fmt(busy)) of \(fmt(capacity)) %)" }
+        if let others = m("others_percent"), others >= 25 {
+            return "⚠ machine saturated, \(fmt(others)) % taken by other processes: a contended run"
+        }
+        if generator >= server { return "⚠ machine saturated and generator ≥ server: may be generator-bound" }
+        return "ok: machine saturated, server \(fmt(server)) % > generator \(fmt(generator)) %"
     }
 
     static func perAccountTable(_ byServer: [String: [Run]], _ servers: [String]) -> String {

@@ -1,0 +1,243 @@
+#!/usr/bin/env python3
+"""socketify peer for the hub benchmarks: uWebSockets' C core (through PyPI's socketify) + PyJWT.
+
+WebSocket:  ws://HOST:PORT/ws?access_token=<HS256 JWT>   (or Authorization: Bearer; secret: env PEER_JWT_SECRET;
+            account = sub). A bad token is refused at the handshake with 401.
+Publish:    POST http://HOST:PORT/publish   (same port)
+            body: one JSON object -> one JSON reply line;
+                  NDJSON (one object per line) -> NDJSON replies, one per line, in order.
+
+Fan-out is uWebSockets' own pub/sub: each connection subscribes to one topic per (channel, its account) and one
+per channel for broadcasts, and a publish frames the event once and hands it to `App.publish`, uWS's topic tree,
+which writes it to every subscriber (the same encode-once fan-out as the hub). `delivered` is the topic's
+subscriber count (`App.num_subscribers`) at publish time.
+
+One process, one uWS event loop on one thread: socketify's `App` (and uWS's topic tree) belongs to one loop, so a
+second thread or process would not see the first one's subscriptions, and the HTTP publish would reach only one.
+"""
+
+import argparse
+import json
+import os
+import signal
+import sys
+
+import jwt
+from socketify import App, CompressOptions, OpCode
+
+SECRET = None
+app = None
+
+account_seq: dict = {}
+broadcast_seq: dict = {}
+
+
+def dumps(value) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def error_reply(code: str, message: str) -> str:
+    return dumps({"ok": False, "error": {"code": code, "message": message}})
+
+
+def account_topic(channel: str, account: str) -> str:
+    # The channel's length makes the name unambiguous whatever characters the channel and account hold.
+    return "a%d:%s:%s" % (len(channel), channel, account)
+
+
+def broadcast_topic(channel: str) -> str:
+    return "b:" + channel
+
+
+def publish(line) -> tuple:
+    """One publish request (str or bytes holding a JSON object) -> (reply line, ok)."""
+    try:
+        req = json.loads(line)
+    except ValueError as e:
+        return error_reply("INVALID_JSON", str(e)), False
+    if not isinstance(req, dict):
+        return error_reply("INVALID_JSON", "not a JSON object"), False
+    channel = req.get("channel")
+    etype = req.get("type")
+    account = req.get("account")
+    is_broadcast = req.get("broadcast") is True
+    if not isinstance(channel, str) or not channel:
+        return error_reply("INVALID_REQUEST", "channel must be a non-empty string"), False
+    if not isinstance(etype, str) or not etype or len(etype.encode()) > 128:
+        return error_reply("INVALID_REQUEST", "type must be a non-empty string of at most 128 bytes"), False
+    if account is not None and (not isinstance(account, str) or not account):
+        return error_reply("INVALID_REQUEST", "account must be a non-empty string"), False
+    if (account is None) == (not is_broadcast):
+        return error_reply("INVALID_REQUEST", 'exactly one of account or "broadcast":true is required'), False
+    data = dumps(req.get("data"))
+    head = '{"type":%s,"channel":%s,"seq":' % (dumps(etype), dumps(channel))
+    if is_broadcast:
+        seq = broadcast_seq.get(channel, 0) + 1
+        broadcast_seq[channel] = seq
+        topic = broadcast_topic(channel)
+        frame = '%s%d,"broadcast":true,"data":%s}' % (head, seq, data)
+    else:
+        key = (channel, account)
+        seq = account_seq.get(key, 0) + 1
+        account_seq[key] = seq
+        topic = account_topic(channel, account)
+        frame = '%s%d,"data":%s}' % (head, seq, data)
+    delivered = app.num_subscribers(topic)
+    if delivered:
+        app.publish(topic, frame, OpCode.TEXT, False)
+    return '{"ok":true,"seq":%d,"delivered":%d}' % (seq, delivered), True
+
+
+def handle_publish_body(body: bytes):
+    lines = [l for l in body.split(b"\n") if l.strip()]
+    # NDJSON when there are several lines and the first is a whole object by itself;
+    # otherwise the body is one (possibly pretty-printed) object.
+    if len(lines) > 1 and lines[0].rstrip().endswith(b"}"):
+        out = "\n".join(publish(l)[0] for l in lines) + "\n"
+        return "200 OK", "application/x-ndjson", out
+    reply, ok = publish(body)
+    return ("200 OK" if ok else "400 Bad Request"), "application/json", reply + "\n"
+
+
+MAX_BODY = 64 * 1024 * 1024
+
+
+def on_publish(res, req):
+    chunks = []
+    size = [0]
+    state = {"aborted": False}
+
+    def aborted(res):
+        state["aborted"] = True
+
+    def data(res, chunk, is_end):
+        if state["aborted"]:
+            return
+        if chunk:
+            size[0] += len(chunk)
+            if size[0] > MAX_BODY:
+                state["aborted"] = True
+                res.write_status("413 Payload Too Large").end("body too large\n", True)
+                return
+            chunks.append(bytes(chunk))
+        if is_end:
+            status, ctype, out = handle_publish_body(b"".join(chunks))
+            res.write_status(status).write_header("Content-Type", ctype).end(out)
+
+    res.on_aborted(aborted)
+    res.on_data(data)
+
+
+# ---------------------------------------------------------------- WebSocket side
+
+
+def verify(token: str):
+    try:
+        claims = jwt.decode(token, SECRET, algorithms=["HS256"], leeway=30, options={"require": ["exp", "sub"]})
+    except jwt.PyJWTError:
+        return None
+    sub = claims.get("sub")
+    return sub if isinstance(sub, str) and sub else None
+
+
+def ws_upgrade(res, req, socket_context):
+    token = None
+    auth = req.get_header("authorization")
+    if auth and auth.startswith("Bearer "):
+        token = auth[7:]
+    else:
+        token = req.get_query("access_token")
+    account = verify(token) if token else None
+    if account is None:
+        res.write_status("401 Unauthorized").end("unauthorized\n")
+        return
+    res.upgrade(
+        req.get_header("sec-websocket-key"),
+        req.get_header("sec-websocket-protocol"),
+        req.get_header("sec-websocket-extensions"),
+        socket_context,
+        account,
+    )
+
+
+def reply(ws, obj, msg_id):
+    if msg_id is not None:
+        obj["id"] = msg_id
+    ws.send(dumps(obj), OpCode.TEXT)
+
+
+def ws_message(ws, message, opcode):
+    if opcode != OpCode.TEXT:
+        return
+    account = ws.get_user_data()
+    try:
+        msg = json.loads(message)
+    except ValueError:
+        msg = None
+    if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
+        reply(ws, {"type": "error", "error": {"code": "VALIDATION_ERROR", "message": "expected a JSON object with a type"}}, None)
+        return
+    mtype, msg_id = msg["type"], msg.get("id")
+    if mtype in ("subscribe", "unsubscribe"):
+        names = msg.get("channels")
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            reply(ws, {"type": "error", "error": {"code": "VALIDATION_ERROR", "message": "channels must be an array of strings"}}, msg_id)
+            return
+        for ch in names:
+            if mtype == "subscribe":
+                ws.subscribe(account_topic(ch, account))
+                ws.subscribe(broadcast_topic(ch))
+            else:
+                ws.unsubscribe(account_topic(ch, account))
+                ws.unsubscribe(broadcast_topic(ch))
+        reply(ws, {"type": mtype + "d", "channels": names}, msg_id)
+    elif mtype == "ping":
+        reply(ws, {"type": "pong"}, msg_id)
+    else:
+        reply(ws, {"type": "error", "error": {"code": "VALIDATION_ERROR", "message": "unknown type"}}, msg_id)
+
+
+def main():
+    global SECRET, app
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--port", type=int, required=True, help="WebSocket and publish port")
+    p.add_argument("--host", default="127.0.0.1")
+    args = p.parse_args()
+    SECRET = os.environ.get("PEER_JWT_SECRET")
+    if not SECRET:
+        print("PEER_JWT_SECRET is not set", file=sys.stderr)
+        sys.exit(2)
+
+    app = App()
+    app.ws(
+        "/ws",
+        {
+            "compression": CompressOptions.DISABLED,  # the hub does not negotiate permessage-deflate on /ws either
+            "max_payload_length": 64 * 1024,
+            "idle_timeout": 120,
+            "send_pings_automatically": True,
+            # Like the hub's 1 MiB per-connection queue: a subscriber that falls that far behind is closed.
+            "max_backpressure": 1024 * 1024,
+            "close_on_backpressure_limit": True,
+            "upgrade": ws_upgrade,
+            "message": ws_message,
+        },
+    )
+    app.post("/publish", on_publish)
+    app.get("/healthz", lambda res, req: res.end("ok\n"))
+    app.any("/*", lambda res, req: res.write_status("404 Not Found").end("not found\n"))
+
+    def stop(*_):
+        app.close()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    app.listen(
+        {"port": args.port, "host": args.host},
+        lambda config: print(f"socketify peer: ws://{args.host}:{args.port}/ws  publish http://{args.host}:{args.port}/publish", flush=True),
+    )
+    app.run()
+
+
+if __name__ == "__main__":
+    main()
