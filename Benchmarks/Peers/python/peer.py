@@ -20,79 +20,39 @@ import sys
 from http import HTTPStatus
 from urllib.parse import parse_qs, urlsplit
 
-import jwt
 from websockets.asyncio.server import broadcast, serve
 from websockets.protocol import State
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import peerlib  # noqa: E402  (Benchmarks/Peers/peerlib.py)
+from peerlib import dumps  # noqa: E402
 
 SECRET = None
 
 # (channel, account) -> set of connections; channel -> set of connections
 account_subs: dict = {}
 broadcast_subs: dict = {}
-account_seq: dict = {}
-broadcast_seq: dict = {}
-
-
-def dumps(value) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
-def error_reply(code: str, message: str) -> str:
-    return dumps({"ok": False, "error": {"code": code, "message": message}})
+streams = peerlib.Streams()
 
 
 def publish(line) -> tuple:
     """One publish request (str or bytes holding a JSON object) -> (reply line, ok)."""
-    try:
-        req = json.loads(line)
-    except ValueError as e:
-        return error_reply("INVALID_JSON", str(e)), False
-    if not isinstance(req, dict):
-        return error_reply("INVALID_JSON", "not a JSON object"), False
-    channel = req.get("channel")
-    etype = req.get("type")
-    account = req.get("account")
-    is_broadcast = req.get("broadcast") is True
-    if not isinstance(channel, str) or not channel:
-        return error_reply("INVALID_REQUEST", "channel must be a non-empty string"), False
-    if not isinstance(etype, str) or not etype or len(etype.encode()) > 128:
-        return error_reply("INVALID_REQUEST", "type must be a non-empty string of at most 128 bytes"), False
-    if account is not None and (not isinstance(account, str) or not account):
-        return error_reply("INVALID_REQUEST", "account must be a non-empty string"), False
-    if (account is None) == (not is_broadcast):
-        return error_reply("INVALID_REQUEST", 'exactly one of account or "broadcast":true is required'), False
-    data = dumps(req.get("data"))
-    head = '{"type":%s,"channel":%s,"seq":' % (dumps(etype), dumps(channel))
-    if is_broadcast:
-        seq = broadcast_seq.get(channel, 0) + 1
-        broadcast_seq[channel] = seq
-        conns = broadcast_subs.get(channel)
-        frame = '%s%d,"broadcast":true,"data":%s}' % (head, seq, data)
-    else:
-        key = (channel, account)
-        seq = account_seq.get(key, 0) + 1
-        account_seq[key] = seq
-        conns = account_subs.get(key)
-        frame = '%s%d,"data":%s}' % (head, seq, data)
+    key, result = streams.frame(line)
+    if key is None:
+        return result, False
+    seq, frame = result
+    channel, account = key
+    conns = broadcast_subs.get(channel) if account is None else account_subs.get(key)
     delivered = 0
     if conns:
         open_conns = [c for c in conns if c.state is State.OPEN]
         delivered = len(open_conns)
         # broadcast() writes synchronously, without waiting for each socket to drain.
         broadcast(open_conns, frame)
-    return '{"ok":true,"seq":%d,"delivered":%d}' % (seq, delivered), True
+    return peerlib.ok_reply(seq, delivered), True
 
 
 # ---------------------------------------------------------------- WebSocket side
-
-
-def verify(token: str):
-    try:
-        claims = jwt.decode(token, SECRET, algorithms=["HS256"], leeway=30, options={"require": ["exp", "sub"]})
-    except jwt.PyJWTError:
-        return None
-    sub = claims.get("sub")
-    return sub if isinstance(sub, str) and sub else None
 
 
 def process_request(connection, request):
@@ -105,7 +65,7 @@ def process_request(connection, request):
         token = auth[7:]
     else:
         token = (parse_qs(url.query).get("access_token") or [None])[0]
-    account = verify(token) if token else None
+    account = peerlib.verify(token, SECRET) if token else None
     if account is None:
         return connection.respond(HTTPStatus.UNAUTHORIZED, "unauthorized\n")
     connection.peer_account = account
@@ -224,14 +184,8 @@ async def http_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWr
 
 
 def handle_publish_body(body: bytes):
-    lines = [l for l in body.split(b"\n") if l.strip()]
-    # NDJSON when there are several lines and the first is a whole object by itself;
-    # otherwise the body is one (possibly pretty-printed) object.
-    if len(lines) > 1 and lines[0].rstrip().endswith(b"}"):
-        out = "\n".join(publish(l)[0] for l in lines) + "\n"
-        return 200, "application/x-ndjson", out.encode()
-    reply, ok = publish(body)
-    return (200 if ok else 400), "application/json", (reply + "\n").encode()
+    ok, ctype, out = peerlib.publish_body(body, publish)
+    return (200 if ok else 400), ctype, out.encode()
 
 
 REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 413: "Payload Too Large"}
@@ -256,10 +210,7 @@ async def main():
     p.add_argument("--publish-port", type=int, help="HTTP publish port (default: PORT + 1)")
     p.add_argument("--host", default="127.0.0.1")
     args = p.parse_args()
-    SECRET = os.environ.get("PEER_JWT_SECRET")
-    if not SECRET:
-        print("PEER_JWT_SECRET is not set", file=sys.stderr)
-        sys.exit(2)
+    SECRET = peerlib.secret_from_environment()
     publish_port = args.publish_port or args.port + 1
 
     stop = asyncio.get_running_loop().create_future()

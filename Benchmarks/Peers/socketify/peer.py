@@ -22,81 +22,34 @@ import os
 import signal
 import sys
 
-import jwt
 from socketify import App, CompressOptions, OpCode
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import peerlib  # noqa: E402  (Benchmarks/Peers/peerlib.py)
+from peerlib import dumps  # noqa: E402
 
 SECRET = None
 app = None
-
-account_seq: dict = {}
-broadcast_seq: dict = {}
+streams = peerlib.Streams()
 
 
-def dumps(value) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
-def error_reply(code: str, message: str) -> str:
-    return dumps({"ok": False, "error": {"code": code, "message": message}})
-
-
-def account_topic(channel: str, account: str) -> str:
-    # The channel's length makes the name unambiguous whatever characters the channel and account hold.
-    return "a%d:%s:%s" % (len(channel), channel, account)
-
-
-def broadcast_topic(channel: str) -> str:
-    return "b:" + channel
+def topic(channel: str, account) -> str:
+    """uWS topic of a stream: one per (channel, account), one per channel for broadcasts (account None). The
+    channel's length makes the name unambiguous whatever characters the channel and account hold."""
+    return "b:" + channel if account is None else "a%d:%s:%s" % (len(channel), channel, account)
 
 
 def publish(line) -> tuple:
     """One publish request (str or bytes holding a JSON object) -> (reply line, ok)."""
-    try:
-        req = json.loads(line)
-    except ValueError as e:
-        return error_reply("INVALID_JSON", str(e)), False
-    if not isinstance(req, dict):
-        return error_reply("INVALID_JSON", "not a JSON object"), False
-    channel = req.get("channel")
-    etype = req.get("type")
-    account = req.get("account")
-    is_broadcast = req.get("broadcast") is True
-    if not isinstance(channel, str) or not channel:
-        return error_reply("INVALID_REQUEST", "channel must be a non-empty string"), False
-    if not isinstance(etype, str) or not etype or len(etype.encode()) > 128:
-        return error_reply("INVALID_REQUEST", "type must be a non-empty string of at most 128 bytes"), False
-    if account is not None and (not isinstance(account, str) or not account):
-        return error_reply("INVALID_REQUEST", "account must be a non-empty string"), False
-    if (account is None) == (not is_broadcast):
-        return error_reply("INVALID_REQUEST", 'exactly one of account or "broadcast":true is required'), False
-    data = dumps(req.get("data"))
-    head = '{"type":%s,"channel":%s,"seq":' % (dumps(etype), dumps(channel))
-    if is_broadcast:
-        seq = broadcast_seq.get(channel, 0) + 1
-        broadcast_seq[channel] = seq
-        topic = broadcast_topic(channel)
-        frame = '%s%d,"broadcast":true,"data":%s}' % (head, seq, data)
-    else:
-        key = (channel, account)
-        seq = account_seq.get(key, 0) + 1
-        account_seq[key] = seq
-        topic = account_topic(channel, account)
-        frame = '%s%d,"data":%s}' % (head, seq, data)
-    delivered = app.num_subscribers(topic)
+    key, result = streams.frame(line)
+    if key is None:
+        return result, False
+    seq, frame = result
+    name = topic(*key)
+    delivered = app.num_subscribers(name)
     if delivered:
-        app.publish(topic, frame, OpCode.TEXT, False)
-    return '{"ok":true,"seq":%d,"delivered":%d}' % (seq, delivered), True
-
-
-def handle_publish_body(body: bytes):
-    lines = [l for l in body.split(b"\n") if l.strip()]
-    # NDJSON when there are several lines and the first is a whole object by itself;
-    # otherwise the body is one (possibly pretty-printed) object.
-    if len(lines) > 1 and lines[0].rstrip().endswith(b"}"):
-        out = "\n".join(publish(l)[0] for l in lines) + "\n"
-        return "200 OK", "application/x-ndjson", out
-    reply, ok = publish(body)
-    return ("200 OK" if ok else "400 Bad Request"), "application/json", reply + "\n"
+        app.publish(name, frame, OpCode.TEXT, False)
+    return peerlib.ok_reply(seq, delivered), True
 
 
 MAX_BODY = 64 * 1024 * 1024
@@ -121,23 +74,14 @@ def on_publish(res, req):
                 return
             chunks.append(bytes(chunk))
         if is_end:
-            status, ctype, out = handle_publish_body(b"".join(chunks))
-            res.write_status(status).write_header("Content-Type", ctype).end(out)
+            ok, ctype, out = peerlib.publish_body(b"".join(chunks), publish)
+            res.write_status("200 OK" if ok else "400 Bad Request").write_header("Content-Type", ctype).end(out)
 
     res.on_aborted(aborted)
     res.on_data(data)
 
 
 # ---------------------------------------------------------------- WebSocket side
-
-
-def verify(token: str):
-    try:
-        claims = jwt.decode(token, SECRET, algorithms=["HS256"], leeway=30, options={"require": ["exp", "sub"]})
-    except jwt.PyJWTError:
-        return None
-    sub = claims.get("sub")
-    return sub if isinstance(sub, str) and sub else None
 
 
 def ws_upgrade(res, req, socket_context):
@@ -147,7 +91,7 @@ def ws_upgrade(res, req, socket_context):
         token = auth[7:]
     else:
         token = req.get_query("access_token")
-    account = verify(token) if token else None
+    account = peerlib.verify(token, SECRET) if token else None
     if account is None:
         res.write_status("401 Unauthorized").end("unauthorized\n")
         return
@@ -185,11 +129,11 @@ def ws_message(ws, message, opcode):
             return
         for ch in names:
             if mtype == "subscribe":
-                ws.subscribe(account_topic(ch, account))
-                ws.subscribe(broadcast_topic(ch))
+                ws.subscribe(topic(ch, account))
+                ws.subscribe(topic(ch, None))
             else:
-                ws.unsubscribe(account_topic(ch, account))
-                ws.unsubscribe(broadcast_topic(ch))
+                ws.unsubscribe(topic(ch, account))
+                ws.unsubscribe(topic(ch, None))
         reply(ws, {"type": mtype + "d", "channels": names}, msg_id)
     elif mtype == "ping":
         reply(ws, {"type": "pong"}, msg_id)
@@ -203,10 +147,7 @@ def main():
     p.add_argument("--port", type=int, required=True, help="WebSocket and publish port")
     p.add_argument("--host", default="127.0.0.1")
     args = p.parse_args()
-    SECRET = os.environ.get("PEER_JWT_SECRET")
-    if not SECRET:
-        print("PEER_JWT_SECRET is not set", file=sys.stderr)
-        sys.exit(2)
+    SECRET = peerlib.secret_from_environment()
 
     app = App()
     app.ws(
