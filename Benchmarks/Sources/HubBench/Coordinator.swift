@@ -198,6 +198,8 @@ final class Coordinator {
     /// Spawns workers for `count` connections of accounts `prefix0…`, opening `rate` per second in total.
     func spawn(count: Int, rate: Double, slowShare: Double = 0, churnRate: Double = 0, churnLifetimeMs: Int = 1000,
                trackEvents: Bool = false, prefix: String = "acc_", storm: StormSpec? = nil) {
+        // The workers mint the tokens; without the secret each would fail on its own while this waited for the ramp.
+        if target.usesToken { _ = TokenMint(required: true) }
         let limit = TCPListener.raiseDescriptorLimit().soft
         let perWorker = min(options.int("per-worker", 18_000), max(100, limit - 200))
         let k = max(options.int("workers", 2), (count + perWorker - 1) / perWorker)
