@@ -124,6 +124,7 @@ final class ClientConnection: ConnectionHandler {
         }
         context.clients[serial] = nil
         context.loop.timers.cancel(timer)
+        timer = .none
         hub.clientClosed()
         phase = .done
         self.connection = nil
@@ -535,7 +536,7 @@ final class ClientConnection: ConnectionHandler {
         let held = self.held
         self.held = []
         heldBytes = 0
-        floors.removeAll { $0.token == request.token }
+        retireFloors { $0.token == request.token }
         switch result {
         case .success(let positions):
             finishSubscribe(request, positions, dropFloorsAfterInbox: false)
@@ -620,7 +621,14 @@ final class ClientConnection: ConnectionHandler {
     }
 
     private func dropFloors(upTo token: Int) {
-        floors.removeAll { $0.token <= token }
+        retireFloors { $0.token <= token }
+    }
+
+    /// Removes floors; the last one gone also frees the array's buffer (`removeAll(where:)` keeps it), so an idle
+    /// connection that once subscribed carries no floor storage (96 bytes per connection before).
+    private func retireFloors(where shouldRetire: (Floor) -> Bool) {
+        floors.removeAll(where: shouldRetire)
+        if floors.isEmpty { floors = [] }
     }
 
     private func unsubscribe(_ names: [String], id: RawJSON?) {
@@ -630,7 +638,7 @@ final class ClientConnection: ConnectionHandler {
             if let position = channels.firstIndex(of: index) {
                 context.registry.unsubscribe(self, account: account, channel: index)
                 channels.remove(at: position)
-                floors.removeAll { $0.channel == index }
+                retireFloors { $0.channel == index }
                 left.append(StreamKey(channel: index, account: account))
                 left.append(StreamKey(channel: index, account: nil))
             }
@@ -734,7 +742,7 @@ final class ClientConnection: ConnectionHandler {
         }
         guard let highest else { return .pass }
         if event.seq <= highest { return .skip }
-        floors.removeAll { $0.channel == event.channel && $0.broadcast == broadcast }
+        retireFloors { $0.channel == event.channel && $0.broadcast == broadcast }
         return .pass
     }
 
@@ -850,14 +858,21 @@ final class ClientConnection: ConnectionHandler {
 
     // MARK: Timers
 
+    /// Sets the connection's one wheel entry to the earliest deadline: a pending entry is moved (no allocation); a
+    /// new one's action holds the connection strongly, not through a weak reference (which would give every
+    /// connection a 32-byte side table, and the closure a box for it). Every way out cancels the entry
+    /// (`connectionClosed`, `finishTCP`, a `.done` phase here), so the wheel never keeps a closed connection.
     private func armTimer() {
         let deadline = nextDeadline()
-        context.loop.timers.cancel(timer)
-        guard deadline != .max else { timer = .none; return }
-        let now = monotonicNanos()
-        timer = context.loop.timers.schedule(afterNanos: deadline > now ? deadline - now : 0) { [weak self] in
-            self?.timerFired()
+        guard deadline != .max else {
+            context.loop.timers.cancel(timer)
+            timer = .none
+            return
         }
+        let now = monotonicNanos()
+        let delay = deadline > now ? deadline - now : 0
+        if context.loop.timers.reschedule(timer, afterNanos: delay) { return }
+        timer = context.loop.timers.schedule(afterNanos: delay) { [self] in timerFired() }
     }
 
     private func nextDeadline() -> UInt64 {
