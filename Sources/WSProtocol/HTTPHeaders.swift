@@ -57,6 +57,8 @@ public struct HTTPHeaders: Sendable {
 
     /// ASCII case-insensitive comparison (header names are ASCII tokens).
     static func equalsIgnoringCase(_ a: String, _ b: String) -> Bool {
+        // O(1) for native strings, and most names looked up differ in length from most names present.
+        guard a.utf8.count == b.utf8.count else { return false }
         var ia = a.utf8.makeIterator(), ib = b.utf8.makeIterator()
         while true {
             switch (ia.next(), ib.next()) {

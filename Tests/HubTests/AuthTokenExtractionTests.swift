@@ -48,3 +48,37 @@ private func tokenExtraction(header: String?, query: String?, expected: Expect) 
     #expect(failure.message.contains("Bearer"))
     #expect(!failure.message.contains("Basic x"))
 }
+
+/// The byte rules (every ASCII value without a CR) give exactly what the `Character` rules give, and hand every
+/// other value to them: the parametrised cases above, and 20 000 random header/query pairs drawn from the
+/// characters that matter (spaces, tabs, LF, CR, "Bearer" in any case, token bytes, non-ASCII).
+@Test func byteRulesAgreeWithCharacterRules() {
+    func same(_ a: Result<String, AuthFailure>, _ b: Result<String, AuthFailure>) -> Bool {
+        switch (a, b) {
+        case (.success(let x), .success(let y)): return x == y
+        case (.failure(let x), .failure(let y)): return x.reason == y.reason && x.message == y.message
+        default: return false
+        }
+    }
+    var generator = SystemRandomNumberGenerator()
+    let pieces = ["Bearer", "bearer", "BEARER", "Bear", "Basic", " ", "  ", "\t", "\n", "\r", "\r\n", "abc.def", "x",
+                  "é", "\u{301}", "", "=", "%20"]
+    func value() -> String? {
+        if Int.random(in: 0..<5, using: &generator) == 0 { return nil }
+        return (0..<Int.random(in: 0...5, using: &generator)).map { _ in pieces.randomElement(using: &generator)! }.joined()
+    }
+    var usedBytes = 0
+    for _ in 0..<20_000 {
+        let header = value(), query = value()
+        let reference = TokenExtraction.bearerTokenOfCharacters(authorizationHeader: header, accessTokenQuery: query)
+        if let fast = TokenExtraction.bearerTokenOfBytes(authorizationHeader: header, accessTokenQuery: query) {
+            usedBytes += 1
+            #expect(same(fast, reference), "header \(String(reflecting: header)) query \(String(reflecting: query))")
+        } else {
+            let plain = { (v: String?) in v.map { $0.utf8.allSatisfy { $0 < 0x80 && $0 != 0x0D } } ?? true }
+            #expect(!(plain(header) && plain(query)), "plain ASCII left to the Character rules: \(String(reflecting: header))")
+        }
+        #expect(same(TokenExtraction.bearerToken(authorizationHeader: header, accessTokenQuery: query), reference))
+    }
+    #expect(usedBytes > 5_000)
+}
