@@ -20,6 +20,18 @@ import Testing
         #expect(line.contains("; channels profile_updates,wallet_updates;"), "\(line)")
         #expect(line.hasSuffix("; auth HS256 (secret file \(hub.stateDirectory)/jwt-secret)"), "\(line)")
         #expect(hub.log.contains("no JWT secret configured: generated a random one in \(hub.stateDirectory)/jwt-secret (mode 0600)"))
+        // Every log line starts with its UTC time, `2026-11-26T05:04:21Z hub: ` (gmtime_r, not Foundation's formatter),
+        // and that time is now.
+        for logLine in hub.log.split(separator: "\n") {
+            guard let m = logLine.prefixMatch(of: #/(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)Z hub: /#) else {
+                Issue.record("log line without its UTC time: \(logLine)")
+                continue
+            }
+            var t = tm()
+            t.tm_year = Int32(m.1)! - 1900; t.tm_mon = Int32(m.2)! - 1; t.tm_mday = Int32(m.3)!
+            t.tm_hour = Int32(m.4)!; t.tm_min = Int32(m.5)!; t.tm_sec = Int32(m.6)!
+            #expect(abs(Int(timegm(&t)) - Int(time(nil))) < 120, "\(logLine)")
+        }
 
         let dir = try Self.mode(hub.stateDirectory)
         #expect(dir.type == S_IFDIR && dir.permissions == 0o700)
