@@ -48,6 +48,28 @@ struct EngineTCPTests {
         listener.close()
     }
 
+    /// Every accepted TCP socket has TCP_NODELAY (set once on the listening socket, which Linux's accept copies).
+    @Test func acceptedSocketsHaveNoDelay() throws {
+        let group = try EventLoopGroup(loopCount: 1)
+        defer { group.shutdown() }
+        let flags = Mutex<[Int32]>([])
+        let listener = try TCPListener.bind("127.0.0.1:0", on: group) { _ in
+            let d = TestDelegate { SinkHandler() }
+            d.onAccept = { c in
+                var on: Int32 = -1
+                var length = socklen_t(MemoryLayout<Int32>.size)
+                getsockopt(c.fd, Int32(IPPROTO_TCP), TCP_NODELAY, &on, &length)
+                flags.withLock { $0.append(on) }
+            }
+            return d
+        }
+        let clients = (0..<3).map { _ in TestClient.connect(port: listener.port) }
+        defer { clients.forEach { _ = close($0) } }
+        #expect(waitUntil(group.loops[0]) { flags.withLock { $0.count } == 3 })
+        #expect(flags.withLock { $0 } == [1, 1, 1])
+        listener.close()
+    }
+
     /// One listening socket shared by the loops (EPOLLEXCLUSIVE): port 0 works, sequential connections (each loop
     /// idle when the next arrives) land on every loop, and the address is exclusively ours.
     @Test func sharedSocketOnPortZeroSpreadsAcrossLoops() throws {

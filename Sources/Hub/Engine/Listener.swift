@@ -74,7 +74,6 @@ final class Listener: LoopSelectable {
                 accepted = true
                 exhausted = false
                 loop.metrics.accepts += 1
-                if isTCP { Socket.setNoDelay(client) }
                 delegate.accepted(fd: client, peer: peer, on: loop)
             } catch {
                 loop.metrics.acceptFailures[error.code, default: 0] += 1

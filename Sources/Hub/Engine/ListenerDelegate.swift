@@ -3,7 +3,7 @@
 /// One delegate is made per loop (`makeDelegate` on `TCPListener.bind`/`UnixListener.bind`), so it
 /// can hold loop-local state (the loop's connection table) without locks.
 public protocol ListenerDelegate: AnyObject {
-    /// A new connection: `fd` is non-blocking and close-on-exec (TCP_NODELAY set for TCP).
+    /// A new connection: `fd` is non-blocking and close-on-exec (TCP: TCP_NODELAY, inherited from the listening socket).
     /// Take ownership (typically `Connection(adopting: fd, on: loop, peer: peer, handler: …)`)
     /// or close it.
     func accepted(fd: Int32, peer: String, on loop: EventLoop)

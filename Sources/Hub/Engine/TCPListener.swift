@@ -76,6 +76,9 @@ public final class TCPListener: Sendable {
         do {
             // SO_REUSEADDR only (TIME_WAIT leftovers); never SO_REUSEPORT: the address must be exclusively ours.
             try Socket.setFlag(fd, SOL_SOCKET, SO_REUSEADDR)
+            // Linux copies TCP_NODELAY from the listening socket to every socket `accept` returns: set once here,
+            // not once per connection (one setsockopt of the seven syscalls a connection's set-up made).
+            try Socket.setFlag(fd, Int32(IPPROTO_TCP), TCP_NODELAY)
             _ = try syscallBlocking("bind") { address.withSockAddr { Glibc.bind(fd, $0, $1) } }
             // With SO_REUSEADDR two sockets may both bind an address nobody listens on yet; `listen` is where the
             // kernel lets only one of them have it.
