@@ -173,3 +173,33 @@ struct EngineSupportTests {
         #expect(TCPListener.descriptorLimit().soft == soft)
     }
 }
+
+/// The outbound queue's chunk list: one chunk inline, an array from the second on; the same order and contents
+/// through every transition (append, drop the first ones, empty with and without keeping the array).
+@Test func chunkListKeepsOrderThroughItsTransitions() {
+    func chunk(_ v: UInt8) -> SharedBytes { SharedBytes([v]) }
+    func contents(_ list: ChunkList) -> [UInt8] { (0..<list.count).map { list[$0].bytes[0] } }
+    var list = ChunkList()
+    #expect(list.count == 0)
+    list.append(chunk(1))
+    #expect(contents(list) == [1] && list.spillCapacity == 0)  // inline: no array
+    list.append(chunk(2)); list.append(chunk(3))
+    #expect(contents(list) == [1, 2, 3] && list.spillCapacity >= 3)
+    list.removeFirst(2)
+    #expect(contents(list) == [3])
+    list.append(chunk(4))
+    #expect(contents(list) == [3, 4])
+    list.removeAll(keepingCapacity: true)
+    #expect(list.count == 0 && list.spillCapacity >= 3)
+    list.append(chunk(5))
+    #expect(contents(list) == [5])
+    list.append(chunk(6))
+    #expect(contents(list) == [5, 6])
+    list.removeAll()
+    #expect(list.count == 0 && list.spillCapacity == 0)
+    list.append(chunk(7))
+    list.removeFirst(1)
+    #expect(list.count == 0)
+    list.append(chunk(8))
+    #expect(contents(list) == [8])
+}

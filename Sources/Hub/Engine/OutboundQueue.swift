@@ -8,7 +8,7 @@ import Glibc
 /// Why an explicit byte count: the per-connection cap (`maxQueuedBytes` on `Connection`) is checked on
 /// every enqueue so a slow reader is detected in O(1) and never blocks the loop or other subscribers.
 struct OutboundQueue {
-    private var chunks: [SharedBytes] = []
+    private var chunks = ChunkList()
     private var head = 0
     /// Bytes of `chunks[head]` already written.
     private var headOffset = 0
@@ -53,7 +53,7 @@ struct OutboundQueue {
             bytes += chunks[end].count
             end += 1
         }
-        var keep: [SharedBytes] = []
+        var keep = ChunkList()
         for i in head..<end { keep.append(chunks[i]); kept += chunks[i].count }
         chunks = keep
         head = 0
@@ -77,7 +77,8 @@ struct OutboundQueue {
             var n = 0
             var i = head
             var offset = headOffset
-            while i < chunks.count && n < iov.count {
+            let end = chunks.count
+            while i < end && n < iov.count {
                 let b = chunks[i].bytes
                 iov[n] = iovec(iov_base: UnsafeMutableRawPointer(mutating: b.baseAddress! + offset), iov_len: b.count - offset)
                 n += 1
@@ -231,7 +232,7 @@ struct OutboundQueue {
             }
         }
         if head == chunks.count {
-            chunks.removeAll(keepingCapacity: chunks.capacity <= 64)
+            chunks.removeAll(keepingCapacity: chunks.spillCapacity <= 64)
             head = 0
         } else if head >= 32 && head * 2 >= chunks.count {
             chunks.removeFirst(head)
@@ -242,3 +243,44 @@ struct OutboundQueue {
 
 @available(*, unavailable)
 extension OutboundQueue: Sendable {}
+
+/// The queue's chunks: the first one inline, an array only once two are queued at the same time. Most connections
+/// only ever have one thing queued at a time (the 101, a reply, an event at a moderate rate, a ping), so they never
+/// allocate the array: 40 bytes and a malloc block less per idle connection. A connection that did queue several
+/// keeps the array's buffer (up to 64 slots) for the next burst, as before.
+struct ChunkList {
+    private var single: SharedBytes?
+    /// Holds every chunk (and `single` is nil) once a second one was appended; empty otherwise.
+    private var spill: [SharedBytes] = []
+
+    var count: Int { spill.isEmpty ? (single == nil ? 0 : 1) : spill.count }
+    var spillCapacity: Int { spill.capacity }
+
+    subscript(i: Int) -> SharedBytes {
+        if spill.isEmpty, i == 0, let single { return single }
+        return spill[i]
+    }
+
+    mutating func append(_ b: SharedBytes) {
+        if spill.isEmpty {
+            guard let first = single else { single = b; return }
+            single = nil
+            spill.append(first)
+        }
+        spill.append(b)
+    }
+
+    mutating func removeAll(keepingCapacity: Bool = false) {
+        single = nil
+        spill.removeAll(keepingCapacity: keepingCapacity)
+    }
+
+    /// Drops the first `n` chunks (the spilled case: the queue compacts only long runs of written chunks).
+    mutating func removeFirst(_ n: Int) {
+        if spill.isEmpty {
+            if n > 0 { single = nil }
+        } else {
+            spill.removeFirst(n)
+        }
+    }
+}
