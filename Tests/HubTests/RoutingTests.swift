@@ -37,7 +37,31 @@ struct RoutingTests {
         #expect(registry.accountCounts(channel: 0).isEmpty)
     }
 
-    @Test(arguments: [3, 16, 17, 100])
+    /// One member inline, two or more in an array, back inline at one and empty at none: the members are right at
+    /// every step, iterated or indexed.
+    @Test func subscriberSetMovesBetweenInlineAndArray() {
+        var set = SubscriberSet<FakeSubscriber>()
+        let a = FakeSubscriber("a"), b = FakeSubscriber("b"), c = FakeSubscriber("c")
+        #expect(set.isEmpty && Array(set).isEmpty)
+        set.insert(a)
+        #expect(set.map(\.name) == ["a"] && set[0] === a && set.contains(a) && !set.contains(b))
+        let again = set.insert(a)
+        #expect(!again)
+        set.insert(b); set.insert(c)
+        #expect(set.map(\.name) == ["a", "b", "c"] && set.count == 3)
+        set.remove(a)
+        #expect(Set(set.map(\.name)) == ["b", "c"])
+        set.remove(c)
+        #expect(set.map(\.name) == ["b"] && set.count == 1 && set[0] === b)
+        let gone = set.remove(c)
+        #expect(!gone)
+        set.remove(b)
+        #expect(set.isEmpty && set.count == 0 && Array(set).isEmpty)
+        set.insert(c)
+        #expect(set.map(\.name) == ["c"])
+    }
+
+    @Test(arguments: [2, 3, 16, 17, 100])
     func subscriberSetSwapRemoveKeepsEveryOtherElement(size: Int) {
         var set = SubscriberSet<FakeSubscriber>()
         let items = (0..<size).map { FakeSubscriber("\($0)") }

@@ -33,12 +33,12 @@ public struct LocalRegistry<Subscriber: AnyObject> {
 
     /// The subscribers an event for `account` on `channel` goes to (empty when none): exactly that account's
     /// connections that subscribed to that channel, and no one else.
-    public func subscribers(channel: Int, account: AccountID) -> [Subscriber] {
-        byAccount[SubscriptionKey(channel: channel, account: account)]?.elements ?? []
+    public func subscribers(channel: Int, account: AccountID) -> SubscriberSet<Subscriber> {
+        byAccount[SubscriptionKey(channel: channel, account: account)] ?? SubscriberSet()
     }
 
     /// Every subscriber of a channel, for broadcasts.
-    public func subscribers(channel: Int) -> [Subscriber] { byChannel[channel].elements }
+    public func subscribers(channel: Int) -> SubscriberSet<Subscriber> { byChannel[channel] }
 
     public func subscriberCount(channel: Int) -> Int { byChannel[channel].count }
 

@@ -1,24 +1,76 @@
 /// An unordered set of subscribers stored contiguously, so a fan-out walks an array, with O(1) insert and remove.
 ///
-/// Most sets are tiny (one account's connections on one channel: usually 1 to 3), so up to `smallLimit` members
-/// are found by a linear scan of the array and no position map exists: an idle subscribed connection costs one
-/// array slot here, not a hash table. Past that (a broadcast channel with thousands of subscribers) positions
-/// are tracked by object identity and removal is a swap-remove.
+/// Most sets are tiny (one account's connections on one channel: usually 1 to 3). A set of one holds its member
+/// inline (no array: an idle subscribed connection costs its account's set no allocation), from two on an array;
+/// up to `smallLimit` members are found by a linear scan and no position map exists. Past that (a broadcast channel
+/// with thousands of subscribers) positions are tracked by object identity and removal is a swap-remove.
+///
+/// A `RandomAccessCollection` of its members (a fan-out iterates the set itself; nothing is copied out).
 ///
 /// Loop-bound: only the loop that owns the subscribers touches it.
-public struct SubscriberSet<Element: AnyObject> {
-    public private(set) var elements: [Element] = []
+public struct SubscriberSet<Element: AnyObject>: RandomAccessCollection {
+    fileprivate enum Storage {
+        case none
+        case one(Element)
+        case many([Element])
+    }
+    private var storage = Storage.none
     private var positions: [ObjectIdentifier: Int]? = nil
     static var smallLimit: Int { 16 }
 
     public init() {}
 
-    public var count: Int { elements.count }
-    public var isEmpty: Bool { elements.isEmpty }
+    public var startIndex: Int { 0 }
+    public var endIndex: Int {
+        switch storage {
+        case .none: return 0
+        case .one: return 1
+        case .many(let elements): return elements.count
+        }
+    }
+
+    public subscript(position: Int) -> Element {
+        switch storage {
+        case .one(let element) where position == 0: return element
+        case .many(let elements): return elements[position]
+        default: preconditionFailure("SubscriberSet index \(position) out of range")
+        }
+    }
+
+    /// Walks the members with the array taken out of the enum once (a fan-out to thousands pays no per-member
+    /// pattern match or retain of the array).
+    public struct Iterator: IteratorProtocol {
+        private var single: Element?
+        private let array: [Element]
+        private var position = 0
+
+        fileprivate init(_ storage: Storage) {
+            switch storage {
+            case .none: single = nil; array = []
+            case .one(let element): single = element; array = []
+            case .many(let elements): single = nil; array = elements
+            }
+        }
+
+        public mutating func next() -> Element? {
+            if let element = single {
+                single = nil
+                return element
+            }
+            guard position < array.count else { return nil }
+            defer { position += 1 }
+            return array[position]
+        }
+    }
+
+    public func makeIterator() -> Iterator { Iterator(storage) }
+
+    /// The members, as an array (tests and admin views).
+    public var elements: [Element] { Array(self) }
 
     private func index(of element: Element) -> Int? {
         if let positions { return positions[ObjectIdentifier(element)] }
-        return elements.firstIndex { $0 === element }
+        return firstIndex { $0 === element }
     }
 
     public func contains(_ element: Element) -> Bool { index(of: element) != nil }
@@ -27,13 +79,22 @@ public struct SubscriberSet<Element: AnyObject> {
     @discardableResult
     public mutating func insert(_ element: Element) -> Bool {
         guard index(of: element) == nil else { return false }
-        positions?[ObjectIdentifier(element)] = elements.count
-        elements.append(element)
-        if positions == nil && elements.count > Self.smallLimit {
-            var map: [ObjectIdentifier: Int] = [:]
-            map.reserveCapacity(elements.count * 2)
-            for (i, e) in elements.enumerated() { map[ObjectIdentifier(e)] = i }
-            positions = map
+        switch storage {
+        case .none:
+            storage = .one(element)
+        case .one(let first):
+            storage = .many([first, element])
+        case .many(var elements):
+            storage = .none  // the array's only reference is `elements` now: appending does not copy it
+            positions?[ObjectIdentifier(element)] = elements.count
+            elements.append(element)
+            if positions == nil && elements.count > Self.smallLimit {
+                var map: [ObjectIdentifier: Int] = [:]
+                map.reserveCapacity(elements.count * 2)
+                for (i, e) in elements.enumerated() { map[ObjectIdentifier(e)] = i }
+                positions = map
+            }
+            storage = .many(elements)
         }
         return true
     }
@@ -42,15 +103,27 @@ public struct SubscriberSet<Element: AnyObject> {
     @discardableResult
     public mutating func remove(_ element: Element) -> Bool {
         guard let index = index(of: element) else { return false }
-        positions?[ObjectIdentifier(element)] = nil
-        let last = elements.count - 1
-        if index != last {
-            let moved = elements[last]
-            elements[index] = moved
-            positions?[ObjectIdentifier(moved)] = index
+        switch storage {
+        case .none:
+            return false
+        case .one:
+            storage = .none
+        case .many(var elements):
+            storage = .none
+            positions?[ObjectIdentifier(element)] = nil
+            let last = elements.count - 1
+            if index != last {
+                let moved = elements[last]
+                elements[index] = moved
+                positions?[ObjectIdentifier(moved)] = index
+            }
+            elements.removeLast()
+            switch elements.count {
+            case 0: positions = nil
+            case 1: positions = nil; storage = .one(elements[0])  // back inline: the array is freed
+            default: storage = .many(elements)
+            }
         }
-        elements.removeLast()
-        if elements.isEmpty { positions = nil }
         return true
     }
 }
