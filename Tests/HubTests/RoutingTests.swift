@@ -88,31 +88,34 @@ struct RateLimiterTests {
     let second: UInt64 = 1_000_000_000
 
     @Test func allowsTheLimitThenRejectsWithRetryAfter() {
-        var limiter = RateLimiter(limit: 100, periodSeconds: 60, now: 0)
+        let rule = RateLimit(limit: 100, periodSeconds: 60)
+        var limiter = RateLimiter(rule, now: 0)
         var allowed = 0
-        for _ in 0..<100 where limiter.consume(now: 0) == .allowed { allowed += 1 }
+        for _ in 0..<100 where limiter.consume(now: 0, rule) == .allowed { allowed += 1 }
         #expect(allowed == 100)
         // One token refills every 0.6 s: retry after 1 s.
-        let rejected = limiter.consume(now: 0)
+        let rejected = limiter.consume(now: 0, rule)
         #expect(rejected == .limited(retryAfter: 1))
-        let later = limiter.consume(now: 700_000_000)
+        let later = limiter.consume(now: 700_000_000, rule)
         #expect(later == .allowed)
     }
 
     @Test func refillsOverThePeriod() {
-        var limiter = RateLimiter(limit: 10, periodSeconds: 60, now: 0)
-        for _ in 0..<10 { _ = limiter.consume(now: 0) }
-        let rejected = limiter.consume(now: 1)
+        let rule = RateLimit(limit: 10, periodSeconds: 60)
+        var limiter = RateLimiter(rule, now: 0)
+        for _ in 0..<10 { _ = limiter.consume(now: 0, rule) }
+        let rejected = limiter.consume(now: 1, rule)
         #expect(rejected == .limited(retryAfter: 6))
         var allowed = 0
-        for _ in 0..<20 where limiter.consume(now: 61 * second) == .allowed { allowed += 1 }
+        for _ in 0..<20 where limiter.consume(now: 61 * second, rule) == .allowed { allowed += 1 }
         #expect(allowed == 10)
     }
 
     @Test func moreThanTwiceTheLimitIsAbusive() {
-        var limiter = RateLimiter(limit: 5, periodSeconds: 60, now: 0)
+        let rule = RateLimit(limit: 5, periodSeconds: 60)
+        var limiter = RateLimiter(rule, now: 0)
         var decisions: [RateLimiter.Decision] = []
-        for _ in 0..<11 { decisions.append(limiter.consume(now: 0)) }
+        for _ in 0..<11 { decisions.append(limiter.consume(now: 0, rule)) }
         #expect(decisions.prefix(5).allSatisfy { $0 == .allowed })
         #expect(decisions[5..<10].allSatisfy { if case .limited = $0 { true } else { false } })
         #expect(decisions[10] == .abusive)

@@ -89,7 +89,7 @@ final class ClientConnection: ConnectionHandler {
     init(context: LoopContext, serial: Int) {
         self.context = context
         self.serial = serial
-        limiter = RateLimiter(limit: context.hub.configuration.rateLimitPerMinute, periodSeconds: 60, now: monotonicNanos())
+        limiter = RateLimiter(context.hub.rateLimit, now: monotonicNanos())
     }
 
     var id: String { "\(context.loop.index)-\(serial)" }
@@ -397,7 +397,7 @@ final class ClientConnection: ConnectionHandler {
     }
 
     private func handleText(_ payload: UnsafeRawBufferPointer) {
-        switch limiter.consume(now: monotonicNanos()) {
+        switch limiter.consume(now: monotonicNanos(), hub.rateLimit) {
         case .allowed:
             break
         case .limited(let retryAfter):

@@ -7,6 +7,8 @@ import WSProtocol
 /// except for those atomics.
 final class HubCore: Sendable {
     let configuration: HubConfiguration
+    /// `--rate-limit` per minute, the rule every connection's `RateLimiter` applies.
+    let rateLimit: RateLimit
     let channelNames: [String]
     let channelIndex: ChannelIndex
     let verifier: JWTVerifier
@@ -35,6 +37,7 @@ final class HubCore: Sendable {
          maxConnections: Int, descriptorLimit: Int, listenAddress: @escaping @Sendable () -> String, log: @escaping @Sendable (String) -> Void,
          restoring saved: SavedBrokerState? = nil, redisBroker: RedisBroker? = nil) {
         self.configuration = configuration
+        rateLimit = RateLimit(limit: configuration.rateLimitPerMinute, periodSeconds: 60)
         channelNames = configuration.channels
         channelIndex = ChannelIndex(configuration.channels)
         self.verifier = verifier
