@@ -174,12 +174,13 @@ struct EngineSupportTests {
     }
 }
 
-/// The outbound queue's chunk list: one chunk inline, an array from the second on; the same order and contents
-/// through every transition (append, drop the first ones, empty with and without keeping the array).
-@Test func chunkListKeepsOrderThroughItsTransitions() {
+/// InlineList (the outbound queue's chunks, a connection's channels): one element inline, an array from the second
+/// on; the same order and contents through every transition (append, drop the first ones, remove one, remove by a
+/// rule, empty with and without keeping the array).
+@Test func inlineListKeepsOrderThroughItsTransitions() {
     func chunk(_ v: UInt8) -> SharedBytes { SharedBytes([v]) }
-    func contents(_ list: ChunkList) -> [UInt8] { (0..<list.count).map { list[$0].bytes[0] } }
-    var list = ChunkList()
+    func contents(_ list: InlineList<SharedBytes>) -> [UInt8] { list.map { $0.bytes[0] } }
+    var list = InlineList<SharedBytes>()
     #expect(list.count == 0)
     list.append(chunk(1))
     #expect(contents(list) == [1] && list.spillCapacity == 0)  // inline: no array
@@ -202,4 +203,19 @@ struct EngineSupportTests {
     #expect(list.count == 0)
     list.append(chunk(8))
     #expect(contents(list) == [8])
+
+    var ints = InlineList<Int>()
+    ints.append(1); ints.append(2); ints.append(3)
+    ints.remove(at: 1)
+    #expect(Array(ints) == [1, 3] && ints.firstIndex(of: 3) == 1)
+    ints.removeAll { $0 == 1 }
+    #expect(Array(ints) == [3] && ints.spillCapacity == 0)  // back inline, the array freed
+    ints.remove(at: 0)
+    #expect(ints.isEmpty)
+    ints.append(4); ints.append(5)
+    ints.removeAll { $0 > 3 }
+    #expect(ints.isEmpty && ints.spillCapacity == 0)
+    ints.append(6)
+    ints.removeAll { $0 == 7 }
+    #expect(Array(ints) == [6] && ints.contains(6))
 }

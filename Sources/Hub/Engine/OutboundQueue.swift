@@ -8,7 +8,11 @@ import Glibc
 /// Why an explicit byte count: the per-connection cap (`maxQueuedBytes` on `Connection`) is checked on
 /// every enqueue so a slow reader is detected in O(1) and never blocks the loop or other subscribers.
 struct OutboundQueue {
-    private var chunks = ChunkList()
+    /// The first chunk inline, an array only once two are queued at the same time: most connections only ever have
+    /// one thing queued at a time (the 101, a reply, an event at a moderate rate, a ping), so they never allocate the
+    /// array (40 bytes and a malloc block less per idle connection). One that did queue several keeps the array's
+    /// buffer (up to 64 slots) for the next burst.
+    private var chunks = InlineList<SharedBytes>()
     private var head = 0
     /// Bytes of `chunks[head]` already written.
     private var headOffset = 0
@@ -53,7 +57,7 @@ struct OutboundQueue {
             bytes += chunks[end].count
             end += 1
         }
-        var keep = ChunkList()
+        var keep = InlineList<SharedBytes>()
         for i in head..<end { keep.append(chunks[i]); kept += chunks[i].count }
         chunks = keep
         head = 0
@@ -243,44 +247,3 @@ struct OutboundQueue {
 
 @available(*, unavailable)
 extension OutboundQueue: Sendable {}
-
-/// The queue's chunks: the first one inline, an array only once two are queued at the same time. Most connections
-/// only ever have one thing queued at a time (the 101, a reply, an event at a moderate rate, a ping), so they never
-/// allocate the array: 40 bytes and a malloc block less per idle connection. A connection that did queue several
-/// keeps the array's buffer (up to 64 slots) for the next burst, as before.
-struct ChunkList {
-    private var single: SharedBytes?
-    /// Holds every chunk (and `single` is nil) once a second one was appended; empty otherwise.
-    private var spill: [SharedBytes] = []
-
-    var count: Int { spill.isEmpty ? (single == nil ? 0 : 1) : spill.count }
-    var spillCapacity: Int { spill.capacity }
-
-    subscript(i: Int) -> SharedBytes {
-        if spill.isEmpty, i == 0, let single { return single }
-        return spill[i]
-    }
-
-    mutating func append(_ b: SharedBytes) {
-        if spill.isEmpty {
-            guard let first = single else { single = b; return }
-            single = nil
-            spill.append(first)
-        }
-        spill.append(b)
-    }
-
-    mutating func removeAll(keepingCapacity: Bool = false) {
-        single = nil
-        spill.removeAll(keepingCapacity: keepingCapacity)
-    }
-
-    /// Drops the first `n` chunks (the spilled case: the queue compacts only long runs of written chunks).
-    mutating func removeFirst(_ n: Int) {
-        if spill.isEmpty {
-            if n > 0 { single = nil }
-        } else {
-            spill.removeFirst(n)
-        }
-    }
-}

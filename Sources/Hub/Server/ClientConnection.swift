@@ -50,7 +50,7 @@ final class ClientConnection: ConnectionHandler {
     static let subprotocol = "hub.v1"
 
     // Subscriptions: indices into the configured channel list.
-    var channels: [Int] = []
+    var channels = InlineList<Int>()  // usually one: no allocation
     /// Per stream, the seq up to which this connection already has the events (from a replay, or because the
     /// subscription took effect after them): deliveries at or below it are skipped. Only needed until the loop has
     /// run the deliveries that were already in its inbox when the subscription read its positions, then dropped, so

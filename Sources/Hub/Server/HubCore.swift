@@ -753,7 +753,7 @@ struct ConnectionInfo: Sendable {
         remote = c.connection?.peer ?? ""
         platform = c.platform
         appVersion = c.appVersion
-        channels = c.channels
+        channels = Array(c.channels)
         connectedAt = c.connectedAt
         queuedBytes = c.connection?.queuedBytes ?? 0
         messagesIn = c.messagesIn
