@@ -55,13 +55,22 @@ def publish(line) -> tuple:
 MAX_BODY = 64 * 1024 * 1024
 
 
+# Responses whose body is still arriving. socketify hands uWS a handle to the response object, not a reference:
+# nothing else keeps it alive between `on_data` calls, and once the garbage collector takes it the next chunk's
+# callback aborts the process ("ffi.from_handle() ... already been garbage collected"; seen under the publish
+# scenario's pipelined NDJSON batches).
+in_flight = set()
+
+
 def on_publish(res, req):
     chunks = []
     size = [0]
     state = {"aborted": False}
+    in_flight.add(res)
 
     def aborted(res):
         state["aborted"] = True
+        in_flight.discard(res)
 
     def data(res, chunk, is_end):
         if state["aborted"]:
@@ -70,12 +79,14 @@ def on_publish(res, req):
             size[0] += len(chunk)
             if size[0] > MAX_BODY:
                 state["aborted"] = True
+                in_flight.discard(res)
                 res.write_status("413 Payload Too Large").end("body too large\n", True)
                 return
             chunks.append(bytes(chunk))
         if is_end:
             ok, ctype, out = peerlib.publish_body(b"".join(chunks), publish)
             res.write_status("200 OK" if ok else "400 Bad Request").write_header("Content-Type", ctype).end(out)
+            in_flight.discard(res)
 
     res.on_aborted(aborted)
     res.on_data(data)

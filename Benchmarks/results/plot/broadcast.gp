@@ -7,10 +7,11 @@ set format y '%g'
 set multiplot layout 1,2
 $lat << EOD
 server p50 p90 p99 p99.9 max
-hub 142.606 230.687 310.378 369.099 443.908
-nchan 6308.233 12348.031 13958.644 14328.307 14328.307
-hummingbird 1375.732 2281.701 4563.403 4697.62 4736.884
-python 1879.048 2147.484 2550.137 2617.246 2624.551
+hub 161.481 308.2815 419.4305 494.9275 551.005
+socketify 176.161 230.6865 281.0185 306.18399999999997 311.8435
+nchan 7449.0835 12616.4665 13891.466 13891.466 13891.466
+hummingbird 2315.2555 4630.5115000000005 6643.7775 6874.342500000001 6883.3330000000005
+python 2818.572 3556.7695000000003 3959.4230000000002 3995.6135 3995.6135
 EOD
 set title "publish-to-receive latency, all deliveries"
 set ylabel 'ms (log scale)'
@@ -23,11 +24,12 @@ set boxwidth 0.9
 set xtics rotate by -25
 plot for [i=2:6] $lat using i:xtic(1) title columnheader(i)
 unset logscale y
-$d86594 << EOD
-"hub" 0.98
-"nchan" 13.88
-"hummingbird" 11.73
-"python" 11.22
+$d97867 << EOD
+"hub" 1.105
+"socketify" 1.27
+"nchan" 19.79
+"hummingbird" 15.17
+"python" 16.645
 EOD
 set title "server CPU per delivery"
 set ylabel 'µs'
@@ -38,5 +40,5 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d86594 using 2:xtic(1) notitle lc rgb '#4477aa'
+plot $d97867 using 2:xtic(1) notitle lc rgb '#4477aa'
 unset multiplot

@@ -5,11 +5,12 @@ set key below
 set style fill solid 0.8 border -1
 set format y '%g'
 set multiplot layout 1,3
-$d20522 << EOD
-"hub" 4676.0
-"nchan" 4679.0
-"hummingbird" 3569.0
-"python" 1242.0
+$d40002 << EOD
+"hub" 4670.5
+"socketify" 4684.0
+"nchan" 4673.0
+"hummingbird" 3033.0
+"python" 1119.0
 EOD
 set title "handshakes/s during the ramp"
 set ylabel 'per second'
@@ -20,12 +21,13 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d20522 using 2:xtic(1) notitle lc rgb '#4477aa'
-$d26260 << EOD
-"hub" 1.2724609375
-"nchan" 14.033203125
-"hummingbird" 36.181640625
-"python" 16.0498046875
+plot $d40002 using 2:xtic(1) notitle lc rgb '#4477aa'
+$d58338 << EOD
+"hub" 1.45751953125
+"socketify" 1.27783203125
+"nchan" 14.03076171875
+"hummingbird" 36.18701171875
+"python" 16.09814453125
 EOD
 set title "RSS per connection"
 set ylabel 'KiB'
@@ -36,12 +38,13 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d26260 using 2:xtic(1) notitle lc rgb '#4477aa'
-$d16874 << EOD
-"hub" 83.2
-"nchan" 54.7
-"hummingbird" 342.6
-"python" 496.4
+plot $d58338 using 2:xtic(1) notitle lc rgb '#4477aa'
+$d97485 << EOD
+"hub" 94.7
+"socketify" 200.0
+"nchan" 67.65
+"hummingbird" 363.2
+"python" 554.5
 EOD
 set title "server CPU per handshake"
 set ylabel 'µs'
@@ -52,5 +55,5 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d16874 using 2:xtic(1) notitle lc rgb '#4477aa'
+plot $d97485 using 2:xtic(1) notitle lc rgb '#4477aa'
 unset multiplot

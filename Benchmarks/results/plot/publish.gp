@@ -5,11 +5,12 @@ set key below
 set style fill solid 0.8 border -1
 set format y '%g'
 set multiplot layout 1,2
-$d6820 << EOD
-"hub" 291934.0
-"nchan" 46930.0
-"hummingbird" 96332.0
-"python" 67154.0
+$d23514 << EOD
+"hub" 170385.5
+"socketify" 77363.0
+"nchan" 27553.5
+"hummingbird" 72757.5
+"python" 45965.5
 EOD
 set title "publishes/s accepted and replied"
 set ylabel 'per second'
@@ -20,12 +21,13 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d6820 using 2:xtic(1) notitle lc rgb '#4477aa'
-$d24077 << EOD
-"hub" 3.75
-"nchan" 23.04
-"hummingbird" 17.03
-"python" 14.82
+plot $d23514 using 2:xtic(1) notitle lc rgb '#4477aa'
+$d82968 << EOD
+"hub" 6.779999999999999
+"socketify" 12.85
+"nchan" 37.685
+"hummingbird" 20.22
+"python" 22.025
 EOD
 set title "server CPU per publish"
 set ylabel 'µs'
@@ -36,5 +38,5 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d24077 using 2:xtic(1) notitle lc rgb '#4477aa'
+plot $d82968 using 2:xtic(1) notitle lc rgb '#4477aa'
 unset multiplot
