@@ -219,7 +219,7 @@ enum Report {
             if servers.contains(where: { s in byServer[s]!.contains { $0["machine"] != nil } }) {
                 md += "| machine during the run: busy / server / generator / others (% of a core) | "
                 md += servers.map { s -> String in
-                    let m = { (key: String) in median(byServer[s]!.compactMap { value($0, "machine." + key) }) }
+                    let m = { (key: String) in machineMedian(byServer[s]!, key) }
                     guard let busy = m("busy_percent") else { return "–" }
                     return "\(fmt(busy)) / \(fmt(m("server_percent"))) / \(fmt(m("generator_percent"))) / \(fmt(m("others_percent")))"
                 }.joined(separator: " | ") + blanks + " |\n"
@@ -260,9 +260,14 @@ enum Report {
         return byRate.keys.sorted().compactMap { rate in median(byRate[rate]!).map { (rate, $0) } }
     }
 
+    /// The median over the repeats of one of the `machine` numbers (`busy_percent`, `server_percent`, …).
+    static func machineMedian(_ runs: [Run], _ key: String) -> Double? {
+        median(runs.compactMap { value($0, "machine." + key) })
+    }
+
     /// Whether the load generator could have been the limit of these runs (medians over the repeats).
     static func generatorCheck(_ runs: [Run]) -> String {
-        let m = { (key: String) in median(runs.compactMap { value($0, "machine." + key) }) }
+        let m = { (key: String) in machineMedian(runs, key) }
         guard let busy = m("busy_percent"), let generator = m("generator_percent"), let server = m("server_percent") else { return "–" }
         let capacity = (m("cores") ?? 1) * 100
         if busy < 0.9 * capacity { return "ok: machine not saturated (\(fmt(busy)) of \(fmt(capacity)) %)" }
