@@ -25,10 +25,7 @@ import Testing
         HistoryStore(limits: HistoryLimits(size: size, ttlNanos: ttl, memoryBytes: memory), hubEpoch: "E")
     }
 
-    static func seqs(_ read: HistoryRead) -> [UInt64]? {
-        if case .events(let events) = read { return events.map(\.seq) }
-        return nil
-    }
+    static func seqs(_ read: HistoryRead) -> [UInt64]? { read.seqs }
 
     let a = StreamKey(channel: 0, account: "a")
     let b = StreamKey(channel: 0, account: "b")
@@ -49,7 +46,7 @@ import Testing
             #expect(Array(retained.data) == Array(data.utf8) && retained.dataRange == draft.dataRange, "\(type)")
             let json = try? JSONSerialization.jsonObject(with: Data(retained.payload)) as? [String: Any]
             #expect(json?["type"] as? String == type && json?["seq"] as? Int == 42 && (json?["broadcast"] as? Bool == true) == (account == nil))
-            #expect(retained.cost == draft.frame.count + HistoryLimits.perEventOverhead)
+            #expect(retained.cost == (draft.frame.count + HistoryLimits.perEventOverhead + 7) / 8 * 8)
             #expect(abs(retained.wallTime(wallNow: 2000, monotonicNow: 7 * Self.second) - 1998) < 1e-9)
         }
         #expect(MemoryLayout<RetainedEvent>.size == 32 && MemoryLayout<RetainedEvent?>.stride == 32)
@@ -69,21 +66,22 @@ import Testing
         var store = Self.store(size: 5)
         for _ in 1...8 { Self.publish(&store, a, at: 1) }
         let stream = try #require(store.stream(a))
-        #expect(stream.firstRetainedSeq == 4)
-        #expect(Self.seqs(HistoryStore.read(stream, after: 8, limit: 100)) == [])
-        #expect(Self.seqs(HistoryStore.read(stream, after: 7, limit: 100)) == [8])
-        #expect(Self.seqs(HistoryStore.read(stream, after: 3, limit: 100)) == [4, 5, 6, 7, 8])
-        #expect(HistoryStore.read(stream, after: 2, limit: 100) == .tooOld)
-        #expect(HistoryStore.read(stream, after: 0, limit: 100) == .tooOld)
-        #expect(HistoryStore.read(stream, after: 9, limit: 100) == .ahead)
-        #expect(HistoryStore.read(stream, after: 3, limit: 4) == .tooMany)
-        #expect(Self.seqs(HistoryStore.read(stream, after: 3, limit: 5)) == [4, 5, 6, 7, 8])
-        #expect(HistoryStore.retained(stream, after: 6).map(\.seq) == [7, 8])
-        #expect(store.eventCount == 5 && store.bytes == 5 * (100 + HistoryLimits.perEventOverhead))
+        #expect(store.firstRetainedSeq(stream) == 4)
+        #expect(Self.seqs(store.read(stream, after: 8, limit: 100)) == [])
+        #expect(Self.seqs(store.read(stream, after: 7, limit: 100)) == [8])
+        #expect(Self.seqs(store.read(stream, after: 3, limit: 100)) == [4, 5, 6, 7, 8])
+        #expect(store.read(stream, after: 2, limit: 100) == .tooOld)
+        #expect(store.read(stream, after: 0, limit: 100) == .tooOld)
+        #expect(store.read(stream, after: 9, limit: 100) == .ahead)
+        #expect(store.read(stream, after: 3, limit: 4) == .tooMany)
+        #expect(Self.seqs(store.read(stream, after: 3, limit: 5)) == [4, 5, 6, 7, 8])
+        #expect(store.retained(stream, after: 6).map(\.seq) == [7, 8])
+        // The three the stream dropped by its count stay in the ring (flagged) until the ring passes them.
+        #expect(store.eventCount == 5 && store.bytes == 8 * HistoryLimits.entrySize(frameCount: 100))
     }
 
     @Test func theMemoryCapEvictsTheGloballyOldestFirst() throws {
-        let cost = 100 + HistoryLimits.perEventOverhead
+        let cost = HistoryLimits.entrySize(frameCount: 100)
         var store = Self.store(memory: 10 * cost)
         var published: [(StreamKey, UInt64)] = []
         for i in 0..<30 {
@@ -96,8 +94,8 @@ import Testing
         for key in [a, b, broadcast] {
             let stream = try #require(store.stream(key))
             let expected = published.suffix(10).filter { $0.0 == key }.map(\.1)
-            #expect(HistoryStore.retained(stream, after: 0).map(\.seq) == expected)
-            #expect(HistoryStore.read(stream, after: 0, limit: 100) == .tooOld)
+            #expect(store.retained(stream, after: 0).map(\.seq) == expected)
+            #expect(store.read(stream, after: 0, limit: 100) == .tooOld)
         }
     }
 
@@ -139,8 +137,8 @@ import Testing
         #expect(Self.publish(&store, a, at: 0) == 1)
         #expect(Self.publish(&store, a, at: Self.second) == 2)
         let stream = try #require(store.stream(a))
-        #expect(HistoryStore.read(stream, after: 1, limit: 100) == .tooOld)
-        #expect(Self.seqs(HistoryStore.read(stream, after: 2, limit: 100)) == [])
+        #expect(store.read(stream, after: 1, limit: 100) == .tooOld)
+        #expect(Self.seqs(store.read(stream, after: 2, limit: 100)) == [])
         #expect(store.eventCount == 0 && store.bytes == 0)
         store.maintain(now: ttl)  // the idle entry was queued at 0; the last publish was at 1 s: look again later
         #expect(store.stream(a) != nil)
@@ -148,14 +146,19 @@ import Testing
         #expect(store.stream(a) == nil)
     }
 
-    @Test func thePublishOrderFIFOStaysBoundedUnderAHotStream() {
+    /// A hot stream keeps its last `size` events (its index does not grow), and a quiet stream published to within
+    /// the ring's span keeps its own.
+    @Test func aHotStreamStaysAtItsSizeAndAQuietOneKeepsItsEvents() throws {
         var store = Self.store(size: 3)
         for i in 0..<100_000 {
             Self.publish(&store, a, at: UInt64(i))
-            if i % 10 == 0 { Self.publish(&store, b, at: UInt64(i)) }
+            if i % 10_000 == 0 { Self.publish(&store, b, at: UInt64(i)) }
         }
         #expect(store.eventCount == 6)
-        #expect(store.orderEntryCount < 2 * 6 + 2100, "\(store.orderEntryCount)")
+        let hot = try #require(store.stream(a)), quiet = try #require(store.stream(b))
+        #expect(store.retainedCount(hot) == 3 && hot.index.count <= 4, "\(hot.index.count)")
+        #expect(store.retained(quiet, after: 0).map(\.seq) == [8, 9, 10])
+        #expect(store.read(hot, after: 99_997, limit: 10).seqs == [99_998, 99_999, 100_000])
     }
 
     /// 100 000 streams, one event each, under a 1 MiB cap: the cap holds throughout, the oldest go first, and a TTL
@@ -170,13 +173,79 @@ import Testing
             maxBytes = max(maxBytes, store.bytes)
         }
         #expect(maxBytes <= cap)
-        let perEvent = 200 + HistoryLimits.perEventOverhead
-        #expect(store.eventCount == cap / perEvent && store.evictions == 100_000 - cap / perEvent)
-        #expect(store.stream(StreamKey(channel: 0, account: "acc_99999"))?.firstRetainedSeq == 1)
-        #expect(store.stream(StreamKey(channel: 0, account: "acc_0"))?.firstRetainedSeq == nil)
+        // The ring holds whole entries only (the rest of a lap is skipped), so at least cap - one entry is in use.
+        let entry = HistoryLimits.entrySize(frameCount: 200)
+        #expect(store.bytes > cap - entry && store.eventCount == store.bytes / entry, "\(store.bytes) \(store.eventCount)")
+        #expect(store.evictions == 100_000 - store.eventCount)
+        let newest = StreamKey(channel: 0, account: "acc_99999")
+        #expect(store.stream(newest).map { store.firstRetainedSeq($0) } == 1)
+        #expect(store.stream(StreamKey(channel: 0, account: "acc_0")).map { store.firstRetainedSeq($0) } == .some(nil))
         for round in 1...4 { store.maintain(now: UInt64(round) * ttl + 100_000) }
         #expect(store.streamCount == 0 && store.eventCount == 0 && store.bytes == 0)
-        #expect(store.orderEntryCount == 0 && store.idleEntryCount == 0)
+        #expect(store.expirations == 100_000 - store.evictions && store.idleEntryCount == 0)
+        // Emptied, the ring starts again (on pages given back): a new event is retained and read back.
+        Self.publish(&store, newest, at: 5 * ttl)
+        #expect(store.stream(newest).map { store.retained($0, after: 0).map(\.seq) } == [1])
+    }
+
+    /// Random streams, sizes and limits against a model of what must be kept: every stream's retained events are
+    /// exactly its last k published, byte for byte, k never above `size`; every event with fewer than
+    /// `cap - 2 * largest entry` bytes of entries published after it, and among its stream's last `size`, is still
+    /// retained; the counters agree with what the streams hold.
+    @Test func theRingKeepsTheNewestEventsOfEveryStreamByteForByte() throws {
+        var rng = SystemRandomNumberGenerator()
+        for round in 0..<40 {
+            let size = [1, 3, 10, 100][round % 4]
+            let maxFrame = [40, 300, 2000][round % 3]
+            let cap = Int.random(in: (4 * maxFrame)...(40 * maxFrame), using: &rng)
+            var store = Self.store(size: size, memory: cap)
+            let keys = (0..<Int.random(in: 1...20, using: &rng)).map { StreamKey(channel: 0, account: AccountID("s\($0)")) }
+            var published: [(key: StreamKey, seq: UInt64, frame: [UInt8])] = []
+            for step in 0..<Int.random(in: 50...1500, using: &rng) {
+                let key = keys[Int.random(in: 0..<keys.count, using: &rng)]
+                let frame = (0..<Int.random(in: 1...maxFrame, using: &rng)).map { _ in UInt8.random(in: 0...255, using: &rng) }
+                let (stream, seq) = store.number(key, now: UInt64(step))
+                let event = PublishedEvent(channel: 0, account: key.account, type: "t", seq: seq, frame: SharedBytes(frame),
+                                           dataRange: 0..<0, acceptedAt: UInt64(step), wallTime: 0)
+                store.retain(event, in: stream, now: UInt64(step))
+                published.append((key, seq, frame))
+                #expect(store.bytes <= cap)
+            }
+            var live = 0
+            let largest = HistoryLimits.entrySize(frameCount: maxFrame)
+            for key in keys {
+                guard let stream = store.stream(key) else { continue }
+                let mine = published.filter { $0.key == key }
+                let kept = store.retained(stream, after: 0)
+                live += kept.count
+                #expect(kept.count <= size)
+                #expect(kept.map(\.seq) == mine.suffix(kept.count).map(\.seq), "round \(round)")
+                #expect(zip(kept, mine.suffix(kept.count)).allSatisfy { Array($0.frame.bytes) == $1.frame }, "round \(round)")
+                // Must be kept: among the stream's last `size`, and recent enough in the ring.
+                var after = 0
+                var mustKeep = 0
+                for (i, p) in published.enumerated().reversed() {
+                    after += HistoryLimits.entrySize(frameCount: p.frame.count)
+                    if p.key == key, after <= cap - 2 * largest, stream.lastSeq - published[i].seq < UInt64(size) { mustKeep += 1 }
+                }
+                #expect(kept.count >= mustKeep, "round \(round): kept \(kept.count) of \(key), expected at least \(mustKeep)")
+                #expect(store.read(stream, after: stream.lastSeq - UInt64(kept.count), limit: 1000).seqs == kept.map(\.seq))
+            }
+            #expect(store.eventCount == live, "round \(round)")
+        }
+    }
+
+    /// An event larger than the whole ring is not kept, and takes its stream's older events with it (a replay
+    /// from before it could not be complete).
+    @Test func anEventLargerThanTheRingIsNotKeptNorAnythingBeforeIt() throws {
+        var store = Self.store(memory: 4096)
+        for _ in 1...3 { Self.publish(&store, a, at: 1, bytes: 100) }
+        Self.publish(&store, a, at: 2, bytes: 5000)
+        let stream = try #require(store.stream(a))
+        #expect(store.firstRetainedSeq(stream) == nil && store.eventCount == 0)
+        #expect(store.read(stream, after: 3, limit: 10) == .tooOld)
+        Self.publish(&store, a, at: 3, bytes: 100)
+        #expect(store.read(stream, after: 4, limit: 10).seqs == [5])
     }
 
     @Test func theRingMatchesAnArray() {
@@ -230,6 +299,13 @@ import Testing
         #expect(Resume.combine(.success(x), .failure(.tooMany)) == .failure(.tooMany))
         #expect(Resume.combine(.failure(.tooMany), .failure(.tooOld)) == .failure(.tooOld))
         #expect(Resume.combine(.failure(.tooOld), .failure(.epochChanged)) == .failure(.epochChanged))
+    }
+}
+
+extension HistoryRead {
+    var seqs: [UInt64]? {
+        if case .events(let events) = self { return events.map(\.seq) }
+        return nil
     }
 }
 

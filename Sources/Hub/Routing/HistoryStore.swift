@@ -1,11 +1,12 @@
+import Glibc
+
 /// Limits of the retained history (`--history-size`, `--history-ttl`, `--history-memory`).
 public struct HistoryLimits: Sendable, Equatable {
     /// Events kept per stream; 0 keeps none (numbering and epochs still work, recovery always says `too_old`).
     public var size: Int
-    /// Events older than this are dropped, and a stream with no event, no follower and no publish for this long
-    /// is forgotten.
+    /// Events older than this are dropped, and a stream with no follower and no publish for this long is forgotten.
     public var ttlNanos: UInt64
-    /// Frame bytes plus `perEventOverhead` per retained event, over every stream.
+    /// The size of the ring every retained frame is copied into (frame bytes + `perEventOverhead`, 8-aligned).
     public var memoryBytes: Int
 
     public init(size: Int, ttlNanos: UInt64, memoryBytes: Int) {
@@ -14,18 +15,17 @@ public struct HistoryLimits: Sendable, Equatable {
         self.memoryBytes = memoryBytes
     }
 
-    /// What a retained event is counted for besides its frame bytes: an upper bound of its real cost, which is its
-    /// `RetainedEvent` ring slot (32 bytes, up to twice that while the ring is not full), the `SharedBytes` object
-    /// (48) and its buffer's malloc header and rounding (16-31), and its FIFO entry (24, up to about four times that
-    /// with the ring's slack and stale entries of hot streams). Measured: about 150 bytes beyond the frame with
-    /// 100-event streams (`BrokerBench memory`, see Benchmarks/README.md, "Recovery").
-    public static let perEventOverhead = 256
+    /// The header an event has in the ring (its size, frame size, data offset, seq and time). Besides its
+    /// ring entry, a retained event costs 8 bytes in its stream's index (outside the ring).
+    public static let perEventOverhead = EventRing.headerSize
+
+    /// What an event of `frameCount` bytes takes in the ring.
+    public static func entrySize(frameCount: Int) -> Int { (EventRing.headerSize + frameCount + 7) & ~7 }
 }
 
-/// An event as the history keeps it: the frame every recipient was sent (replayed byte for byte) and what replays
-/// need, 32 bytes inline in the stream's ring. Not the `PublishedEvent` object (channel, account, type, wall time:
-/// ~110 bytes more per event), which is freed after fan-out; the frame's size is kept here, so accounting for a
-/// dropped event reads only its ring slot. Rarely needed facts (type, wall time) are derived.
+/// An event as the history hands it out: the frame every recipient was sent (replayed byte for byte) and what
+/// replays need, 32 bytes. The history itself keeps the frame's bytes in its ring; a read copies them into a new
+/// `SharedBytes` (no re-encoding). Rarely needed facts (type, wall time) are derived.
 public struct RetainedEvent: Sendable {
     public let frame: SharedBytes
     public let seq: UInt64
@@ -47,8 +47,8 @@ public struct RetainedEvent: Sendable {
         self.init(frame: event.frame, seq: event.seq, acceptedAt: event.acceptedAt, dataStart: event.dataRange.lowerBound)
     }
 
-    /// What the history counts for it.
-    var cost: Int { Int(frameCount) + HistoryLimits.perEventOverhead }
+    /// What it takes in the history's ring.
+    var cost: Int { HistoryLimits.entrySize(frameCount: Int(frameCount)) }
 
     var dataRange: Range<Int> { Int(dataStart)..<max(Int(dataStart), Int(frameCount) - 1) }
 
@@ -80,14 +80,177 @@ public struct RetainedEvent: Sendable {
     }
 }
 
-/// One stream: its numbering, its retained events (contiguous seqs, oldest first) and how many connections of this
-/// hub follow it. Owned by a `HistoryStore` and only touched under the broker's lock.
+/// The memory of the history's ring: one anonymous mapping of `capacity` bytes (a multiple of 8), reserved at
+/// start without being touched, so it costs RSS only as events are written into it. `MAP_NORESERVE`: a large
+/// `--history-memory` is address space, not a commitment. `base` is nil when the ring is too small to be useful
+/// (or the mapping failed: the store then keeps no events, and says so through `reserved`).
+final class EventRing {
+    static let headerSize = 32
+    /// The size field of a padding entry: the rest of the buffer is skipped (an entry never wraps).
+    static let padding = UInt32.max
+
+    let capacity: Int
+    let base: UnsafeMutableRawPointer?
+    /// One bit per 32-byte block of the ring, set for an entry starting there that its stream dropped (over
+    /// `--history-size`; its bytes stay until the ring passes them). Entries take at least 40 bytes, so no two
+    /// start in one block. A bitmap beside the ring, not a flag in the entry's header: the entry a stream drops is
+    /// usually far behind the head and long out of the cache, where the bitmap (capacity / 256 bytes: 256 KiB
+    /// for 64 MiB) mostly stays in it (measured: ~130 ns per publish less than a store into the entry).
+    private let dropped: UnsafeMutablePointer<UInt64>?
+    private let droppedBytes: Int
+
+    init(capacity requested: Int) {
+        let capacity = max(0, requested) & ~7
+        guard capacity >= 64 else {
+            self.capacity = 0
+            base = nil
+            dropped = nil
+            droppedBytes = 0
+            return
+        }
+        let mapped = mmap(nil, capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
+        let droppedBytes = ((capacity / 32 + 63) / 64) * 8
+        let bits = mmap(nil, droppedBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
+        if let mapped, mapped != MAP_FAILED, let bits, bits != MAP_FAILED {
+            // Huge pages where the kernel allows them (THP "madvise" or "always"): a 64 MiB ring is 32 TLB entries
+            // instead of 16 384, and the stores into entries far behind the head (a stream dropping its oldest by
+            // count) do not each walk the page table. Advice only: without THP it stays 4 KiB pages.
+            _ = madvise(mapped, capacity, MADV_HUGEPAGE)
+            self.capacity = capacity
+            base = mapped
+            dropped = bits.assumingMemoryBound(to: UInt64.self)
+            self.droppedBytes = droppedBytes
+        } else {
+            if let mapped, mapped != MAP_FAILED { munmap(mapped, capacity) }
+            if let bits, bits != MAP_FAILED { munmap(bits, droppedBytes) }
+            self.capacity = 0
+            base = nil
+            dropped = nil
+            self.droppedBytes = 0
+        }
+    }
+
+    deinit {
+        if let base { munmap(base, capacity) }
+        if let dropped { munmap(dropped, droppedBytes) }
+    }
+
+    /// Marks the entry at ring offset `offset` as dropped by its stream.
+    func markDropped(_ offset: Int) {
+        guard let dropped else { return }
+        let bit = offset >> 5
+        dropped[bit >> 6] |= 1 << UInt64(bit & 63)
+    }
+
+    /// Whether the entry at `offset` was dropped by its stream, clearing the mark (the ring is passing it).
+    func takeDropped(_ offset: Int) -> Bool {
+        guard let dropped else { return false }
+        let bit = offset >> 5
+        let mask: UInt64 = 1 << UInt64(bit & 63)
+        let word = dropped[bit >> 6]
+        guard word & mask != 0 else { return false }
+        dropped[bit >> 6] = word & ~mask
+        return true
+    }
+
+    func clearDropped() {
+        if let dropped { memset(dropped, 0, droppedBytes) }
+    }
+
+    /// Gives the pages back to the kernel (the ring is empty); they read as zeros when touched again.
+    func release() {
+        if let base {
+            _ = madvise(base, capacity, MADV_DONTNEED)
+            _ = madvise(base, capacity, MADV_HUGEPAGE)
+        }
+        if let dropped { _ = madvise(dropped, droppedBytes, MADV_DONTNEED) }
+    }
+}
+
+/// A FIFO of ring positions (a stream's retained events, oldest first), 8 bytes a slot in one malloc'd block the
+/// ring owns (freed with it). Not an `Array`: appending to an array kept in a class checks the buffer's uniqueness
+/// and capacity in its header, one more cold cache line per publish (measured: ~0.1 µs per publish).
+struct PositionRing: ~Copyable {
+    private var slots: UnsafeMutablePointer<UInt64>? = nil
+    private var capacity: Int32 = 0
+    private var head: Int32 = 0
+    private(set) var count: Int32 = 0
+
+    init() {}
+
+    deinit { slots?.deallocate() }
+
+    var isEmpty: Bool { count == 0 }
+    var first: UInt64? { count == 0 ? nil : slots?[Int(head)] }
+
+    /// `offset` in `0..<count` (0 is the oldest).
+    subscript(offset: Int) -> UInt64 {
+        precondition(offset >= 0 && offset < Int(count), "PositionRing index out of range")
+        return slots.unsafelyUnwrapped[(Int(head) + offset) & (Int(capacity) - 1)]
+    }
+
+    mutating func append(_ position: UInt64) {
+        if count == capacity { resize(to: max(4, Int(capacity) * 2)) }
+        slots.unsafelyUnwrapped[(Int(head) + Int(count)) & (Int(capacity) - 1)] = position
+        count += 1
+    }
+
+    @discardableResult
+    mutating func removeFirst() -> UInt64? {
+        guard count > 0, let slots else { return nil }
+        let position = slots[Int(head)]
+        head = (head + 1) & (capacity - 1)
+        count -= 1
+        if count == 0 {
+            head = 0
+            if capacity > 16 { removeAll() }
+        } else if capacity > 16 && count * 4 <= capacity {
+            resize(to: Int(capacity) / 2)
+        }
+        return position
+    }
+
+    mutating func removeAll() {
+        slots?.deallocate()
+        slots = nil
+        capacity = 0
+        head = 0
+        count = 0
+    }
+
+    /// The first offset whose position is at least `position` (positions ascend), `count` if none.
+    func firstOffset(atLeast position: UInt64) -> Int {
+        var low = 0, high = Int(count)
+        while low < high {
+            let mid = (low + high) / 2
+            if self[mid] < position { low = mid + 1 } else { high = mid }
+        }
+        return low
+    }
+
+    /// A power of two, at least `count` (sizes are bounded by `--history-size`, at most 1 000 000).
+    private mutating func resize(to newCapacity: Int) {
+        var size = 4
+        while size < newCapacity { size *= 2 }
+        let grown = UnsafeMutablePointer<UInt64>.allocate(capacity: size)
+        for i in 0..<Int(count) { grown[i] = self[i] }
+        slots?.deallocate()
+        slots = grown
+        capacity = Int32(size)
+        head = 0
+    }
+}
+
+/// One stream: its numbering, where its retained events are in the ring (contiguous seqs ending at `lastSeq`,
+/// oldest first; entries the ring has since overwritten are at the front and are skipped) and how many connections
+/// of this hub follow it. Owned by a `HistoryStore` and only touched under the broker's lock.
 final class StreamState {
     let key: StreamKey
     /// Bumped by the store for every stream entry it creates: a stream forgotten and created again is told apart.
     let generation: UInt64
     var lastSeq: UInt64
-    var events = Ring<RetainedEvent>()
+    /// Ring positions of its retained events, ascending.
+    var index = PositionRing()
     /// Monotonic ns of the last publish, or of the last follower leaving.
     var lastActivity: UInt64
     /// Connections subscribed to this stream (a followed stream is never forgotten: its numbering must go on).
@@ -103,11 +266,6 @@ final class StreamState {
         self.lastSeq = lastSeq
         self.lastActivity = now
     }
-
-    /// The seq of the oldest retained event. Retained seqs are contiguous and end at `lastSeq` (events are retained
-    /// as they are numbered and only ever dropped from the front), so this touches no event: eviction checks run on
-    /// cold streams.
-    var firstRetainedSeq: UInt64? { events.isEmpty ? nil : lastSeq &- UInt64(events.count) &+ 1 }
 }
 
 /// What a read of a stream's history found.
@@ -134,16 +292,25 @@ public enum HistoryRead: Sendable, Equatable {
 /// broker's lock: numbering, retaining and reading happen in the same critical section as the hand-off to the loops,
 /// which is what makes "acknowledged ⇒ retained" and the gap-free resume hold.
 ///
-/// Bounds and their cost, all O(1) amortised per publish:
-/// - per stream, `limits.size` events (the oldest is dropped when one more arrives);
-/// - over all streams, `limits.memoryBytes`: `order` is a FIFO of (stream, seq) in publish order, so its front is
-///   the globally oldest retained event. Eviction and TTL expiry pop the front. Events dropped elsewhere (by the
-///   per-stream count) leave stale entries behind, recognised because their seq is below the stream's oldest
-///   retained one (or the stream was forgotten); when stale entries outnumber live ones the FIFO is rebuilt,
-///   which each stale entry pays for once;
-/// - idle streams: a stream that has no event left and no follower goes into `idle` (a FIFO by the time it went
-///   there); once `ttl` has passed, it is forgotten if still idle and nothing was published meanwhile, or queued
-///   again. So the table holds followed streams, streams with history, and streams active within about 2 × ttl.
+/// **Storage: one ring of bytes** (`--history-memory`), written in publish order. Retaining an event copies its
+/// frame (already encoded for fan-out) behind a 32-byte header at the ring's head and appends that position to its
+/// stream's index; the fan-out's own frame is freed as soon as it is sent, as without history. When the ring is
+/// full, the oldest entries are overwritten: eviction advances the tail over them and frees nothing, touches no
+/// stream and no object (the header says whether the event was still live, for the counters). A stream's events
+/// the ring has passed are recognised by their position (below the tail) when the stream is next read or written.
+/// So the ring holds the last `--history-memory` bytes of everything published, and of that, per stream, the
+/// last `--history-size` events no older than `--history-ttl`. Events a stream drops by its count stay in the
+/// ring, flagged, until it passes them: with streams far over their count within the ring's span, the span is
+/// shorter than the live events alone would need (measured and explained in docs/OPERATIONS.md, "History").
+///
+/// Why not a `SharedBytes` per retained event (until 2026-11-26): every publish then also freed the frame of the
+/// event it evicted, long out of the cache, and its object's release; malloc and free of those 200-300-byte
+/// blocks, and the cold refcount, cost the publish intake about a quarter (Benchmarks/README.md, "Recovery").
+///
+/// Idle streams: a stream with no follower goes into `idle` (a FIFO by the time it went there) when it is
+/// published to, read, or left by its last follower; once `ttl` has passed, it is forgotten if still unfollowed and
+/// nothing was published meanwhile (so its events are all past the TTL), or queued again. So the table holds
+/// followed streams and streams active within about 2 × ttl.
 struct HistoryStore {
     let limits: HistoryLimits
     /// Random per fresh start (kept across a graceful restart).
@@ -151,14 +318,13 @@ struct HistoryStore {
     private(set) var nextGeneration: UInt64
     private var streams: [StreamKey: StreamState] = [:]
 
-    private struct OrderEntry {
-        let stream: StreamState
-        let seq: UInt64
-        /// The event's `acceptedAt`: the TTL check looks at the front entry alone.
-        let acceptedAt: UInt64
-    }
-    private var order = Ring<OrderEntry>()
-    private var staleInOrder = 0
+    private let ring: EventRing
+    /// Absolute byte positions (the ring offset is the position modulo its capacity): bytes in `tail..<head` are
+    /// entries not yet overwritten.
+    private var head: UInt64 = 0
+    private var tail: UInt64 = 0
+    /// Written since the ring last gave its pages back.
+    private var dirty = false
 
     private struct IdleEntry {
         let stream: StreamState
@@ -166,12 +332,11 @@ struct HistoryStore {
     }
     private var idle = Ring<IdleEntry>()
 
-    /// Counted bytes of retained events (frames + overhead).
-    private(set) var bytes = 0
+    /// Live retained events: in the ring, in their stream's last `size`, not past the TTL.
     private(set) var eventCount = 0
-    /// Events dropped to stay under `memoryBytes`.
+    /// Events the ring overwrote while they were live (to stay within `memoryBytes`).
     private(set) var evictions = 0
-    /// Events dropped because they were older than the TTL.
+    /// Live events dropped because they were older than the TTL.
     private(set) var expirations = 0
     /// Streams forgotten after being idle.
     private(set) var forgottenStreams = 0
@@ -180,11 +345,14 @@ struct HistoryStore {
         self.limits = limits
         self.hubEpoch = hubEpoch
         self.nextGeneration = max(1, nextGeneration)
+        ring = EventRing(capacity: limits.size > 0 ? limits.memoryBytes : 0)
     }
 
+    /// Bytes of the ring in use (entries not yet overwritten, live or not, and padding): the history's memory.
+    var bytes: Int { Int(head &- tail) }
+    /// False when the history should keep events but its ring could not be mapped.
+    var reserved: Bool { limits.size == 0 || limits.memoryBytes < 64 || ring.base != nil }
     var streamCount: Int { streams.count }
-    /// Entries in the publish-order FIFO, live and stale (for tests: it must stay O(retained events)).
-    var orderEntryCount: Int { order.count }
     var idleEntryCount: Int { idle.count }
 
     /// The stream, if the store has it.
@@ -199,6 +367,90 @@ struct HistoryStore {
         return stream
     }
 
+    // MARK: The ring
+
+    private func offset(_ position: UInt64) -> Int { Int(position % UInt64(ring.capacity)) }
+
+    private func header(_ position: UInt64) -> (size: UInt32, frameCount: UInt32, dataStart: UInt32, reserved: UInt32, seq: UInt64, acceptedAt: UInt64)? {
+        guard let base = ring.base, position >= tail, position < head else { return nil }
+        let p = base + offset(position)
+        return (p.load(as: UInt32.self), p.load(fromByteOffset: 4, as: UInt32.self), p.load(fromByteOffset: 8, as: UInt32.self),
+                p.load(fromByteOffset: 12, as: UInt32.self), p.load(fromByteOffset: 16, as: UInt64.self),
+                p.load(fromByteOffset: 24, as: UInt64.self))
+    }
+
+    /// Advances the tail over its entry; false when the ring is empty, or (`onlyExpired`) the entry is within the TTL.
+    private mutating func dropTail(now: UInt64, onlyExpired: Bool) -> Bool {
+        guard let base = ring.base, tail < head else { return false }
+        let p = base + offset(tail)
+        let size = p.load(as: UInt32.self)
+        if size == EventRing.padding {
+            tail = (tail / UInt64(ring.capacity) + 1) * UInt64(ring.capacity)
+            return true
+        }
+        guard size >= UInt32(EventRing.headerSize), Int(size) <= ring.capacity - offset(tail) else {
+            // Never written by `write`; rather than loop on it, drop everything (replays then answer too_old).
+            eventCount = 0
+            tail = head
+            ring.clearDropped()
+            return true
+        }
+        let acceptedAt = p.load(fromByteOffset: 24, as: UInt64.self)
+        let expired = acceptedAt &+ limits.ttlNanos <= now
+        if onlyExpired && !expired { return false }
+        if !ring.takeDropped(offset(tail)) {
+            eventCount -= 1
+            if expired { expirations += 1 } else { evictions += 1 }
+        }
+        tail &+= UInt64(size)
+        return true
+    }
+
+    /// Writes an entry at the head (making room first) and returns its position; nil if it cannot fit at all.
+    private mutating func write(_ frame: UnsafeRawBufferPointer, seq: UInt64, acceptedAt: UInt64, dataStart: UInt32, now: UInt64) -> UInt64? {
+        let capacity = ring.capacity
+        let size = HistoryLimits.entrySize(frameCount: frame.count)
+        guard let base = ring.base, size <= capacity, frame.count < Int(UInt32.max) else { return nil }
+        var at = offset(head)
+        if capacity - at < size {
+            // Not enough room before the end: skip the rest of the buffer with a padding entry (an entry never wraps).
+            while capacity - bytes < capacity - at, dropTail(now: now, onlyExpired: false) {}
+            (base + at).storeBytes(of: EventRing.padding, as: UInt32.self)
+            head &+= UInt64(capacity - at)
+            at = 0
+        }
+        while capacity - bytes < size, dropTail(now: now, onlyExpired: false) {}
+        let p = base + at
+        p.storeBytes(of: UInt32(size), as: UInt32.self)
+        p.storeBytes(of: UInt32(frame.count), toByteOffset: 4, as: UInt32.self)
+        p.storeBytes(of: dataStart, toByteOffset: 8, as: UInt32.self)
+        p.storeBytes(of: 0, toByteOffset: 12, as: UInt32.self)
+        p.storeBytes(of: seq, toByteOffset: 16, as: UInt64.self)
+        p.storeBytes(of: acceptedAt, toByteOffset: 24, as: UInt64.self)
+        if let source = frame.baseAddress, frame.count > 0 {
+            (p + EventRing.headerSize).copyMemory(from: source, byteCount: frame.count)
+        }
+        let position = head
+        head &+= UInt64(size)
+        dirty = true
+        return position
+    }
+
+    /// Marks a live entry as dropped by its stream (called once per entry: its stream's index lets go of it).
+    private mutating func supersede(_ position: UInt64) {
+        guard position >= tail, position < head else { return }
+        ring.markDropped(offset(position))
+        eventCount -= 1
+    }
+
+    /// The event at `position`, copied out of the ring, if it is still there and is `seq`.
+    private func event(at position: UInt64, seq: UInt64) -> RetainedEvent? {
+        guard let base = ring.base, let h = header(position), h.size != EventRing.padding, h.seq == seq,
+              Int(h.frameCount) + EventRing.headerSize <= Int(h.size), offset(position) + Int(h.size) <= ring.capacity else { return nil }
+        let frame = SharedBytes(copying: UnsafeRawBufferPointer(start: base + offset(position) + EventRing.headerSize, count: Int(h.frameCount)))
+        return RetainedEvent(frame: frame, seq: seq, acceptedAt: h.acceptedAt, dataStart: Int(h.dataStart))
+    }
+
     // MARK: Publishing
 
     /// Assigns the next seq of `key`'s stream.
@@ -211,95 +463,56 @@ struct HistoryStore {
 
     /// Retains `event` (just numbered in `stream`), then applies the bounds.
     mutating func retain(_ published: PublishedEvent, in stream: StreamState, now: UInt64) {
-        guard limits.size > 0 else {
-            becameEmpty(stream, now: now)  // never holds an event: only the idle queue can forget it
+        store(published.frame.bytes, seq: published.seq, acceptedAt: published.acceptedAt,
+              dataStart: published.dataRange.lowerBound, in: stream, now: now)
+        queueIfIdle(stream, now: now)
+    }
+
+    private mutating func store(_ frame: UnsafeRawBufferPointer, seq: UInt64, acceptedAt: UInt64, dataStart: Int,
+                                in stream: StreamState, now: UInt64) {
+        guard limits.size > 0 else { return }
+        let clampedStart = UInt32(clamping: min(dataStart, max(0, frame.count - 1)))
+        guard let position = write(frame, seq: seq, acceptedAt: acceptedAt, dataStart: clampedStart, now: now) else {
+            // It cannot be kept, so nothing before it can be replayed either (a replay is contiguous).
+            while let p = stream.index.removeFirst() { supersede(p) }
             return
         }
-        let event = RetainedEvent(published)
-        stream.events.append(event)
+        // Entries the ring has passed leave the front; then the stream's own count.
+        while let first = stream.index.first, first < tail { stream.index.removeFirst() }
+        if Int(stream.index.count) >= limits.size, let oldest = stream.index.removeFirst() { supersede(oldest) }
+        stream.index.append(position)
         eventCount += 1
-        bytes += event.cost
-        order.append(OrderEntry(stream: stream, seq: event.seq, acceptedAt: event.acceptedAt))
-        if stream.events.count > limits.size {
-            drop(from: stream)
-            staleInOrder += 1  // its FIFO entry stays behind
-        }
-        while bytes > limits.memoryBytes, evictOldest(now: now) {}
         expire(now: now, budget: 2)  // keeps up with a steady stream; `maintain` does the rest
-        compactIfNeeded()
     }
 
-    /// Removes the stream's oldest event (the caller accounts for its FIFO entry).
-    private mutating func drop(from stream: StreamState) {
-        guard let event = stream.events.removeFirst() else { return }
-        eventCount -= 1
-        bytes -= event.cost
-    }
-
-    /// Pops the FIFO's front; if live, drops that event. Returns false when the FIFO is empty.
-    private mutating func evictOldest(now: UInt64) -> Bool {
-        guard let entry = order.removeFirst() else { return false }
-        if entry.stream.firstRetainedSeq == entry.seq {
-            drop(from: entry.stream)
-            evictions += 1
-            if entry.stream.events.isEmpty { becameEmpty(entry.stream, now: now) }
-        } else {
-            staleInOrder -= 1
-        }
-        return true
-    }
-
-    /// Drops events older than the TTL from the FIFO's front (at most `budget` entries). Stale entries at the front
-    /// go with them; a young stale entry stops the scan like a live one (it is dropped later).
+    /// Drops entries older than the TTL from the ring's tail (at most `budget`).
     private mutating func expire(now: UInt64, budget: Int) {
         var left = budget
-        while left > 0, let t = order.first?.acceptedAt, t &+ limits.ttlNanos <= now, let entry = order.removeFirst() {
-            left -= 1
-            if entry.stream.firstRetainedSeq == entry.seq {
-                drop(from: entry.stream)
-                expirations += 1
-                if entry.stream.events.isEmpty { becameEmpty(entry.stream, now: now) }
-            } else {
-                staleInOrder -= 1
-            }
-        }
+        while left > 0, dropTail(now: now, onlyExpired: true) { left -= 1 }
     }
 
-    private mutating func compactIfNeeded() {
-        guard staleInOrder > 1024, staleInOrder * 2 > order.count else { return }
-        order.retainAll { entry in
-            guard let first = entry.stream.firstRetainedSeq, !entry.stream.forgotten else { return false }
-            return entry.seq >= first
-        }
-        staleInOrder = 0
-    }
+    /// A stream just read or created: if nobody follows it, it is idle from now.
+    mutating func settle(_ stream: StreamState, now: UInt64) { queueIfIdle(stream, now: now) }
 
-    /// A stream just read or created: if it holds no event and nobody follows it, it is idle from now.
-    mutating func settle(_ stream: StreamState, now: UInt64) {
-        if stream.events.isEmpty { becameEmpty(stream, now: now) }
-    }
-
-    /// A stream with no retained event: forget it now if it is idle past the TTL, else queue it for a later look.
-    private mutating func becameEmpty(_ stream: StreamState, now: UInt64) {
+    private mutating func queueIfIdle(_ stream: StreamState, now: UInt64) {
         guard stream.followers == 0, !stream.idleQueued, !stream.forgotten else { return }
-        if stream.lastActivity &+ limits.ttlNanos <= now {
-            forget(stream)
-        } else {
-            stream.idleQueued = true
-            idle.append(IdleEntry(stream: stream, since: now))
-        }
+        stream.idleQueued = true
+        idle.append(IdleEntry(stream: stream, since: now))
     }
 
     private mutating func forget(_ stream: StreamState) {
         if streams[stream.key] === stream { streams[stream.key] = nil }
         stream.forgotten = true
+        // Its entries still in the ring are past the TTL: they are counted as expired when the tail passes them.
+        stream.index.removeAll()
         forgottenStreams += 1
     }
 
     // MARK: Housekeeping
 
     /// Expires old events and forgets idle streams; call about once a second. Bounded work per call (`budget`
-    /// entries of each queue), so a burst that expires at once is spread over a few calls.
+    /// entries of each queue), so a burst that expires at once is spread over a few calls. An empty ring gives its
+    /// pages back.
     mutating func maintain(now: UInt64, budget: Int = 65_536) {
         expire(now: now, budget: budget)
         var left = budget
@@ -308,7 +521,7 @@ struct HistoryStore {
             idle.removeFirst()
             let stream = entry.stream
             stream.idleQueued = false
-            guard !stream.forgotten, stream.events.isEmpty, stream.followers == 0 else { continue }
+            guard !stream.forgotten, stream.followers == 0 else { continue }
             if stream.lastActivity &+ limits.ttlNanos <= now {
                 forget(stream)
             } else {
@@ -316,7 +529,14 @@ struct HistoryStore {
                 idle.append(IdleEntry(stream: stream, since: now))
             }
         }
-        compactIfNeeded()
+        if dirty, head == tail, ring.capacity > 0 {
+            // Nothing left: start again at the buffer's beginning, on pages given back to the kernel.
+            let capacity = UInt64(ring.capacity)
+            head = (head + capacity - 1) / capacity * capacity
+            tail = head
+            ring.release()
+            dirty = false
+        }
     }
 
     // MARK: Followers
@@ -333,31 +553,53 @@ struct HistoryStore {
         stream.followers -= 1
         if stream.followers == 0 {
             stream.lastActivity = now
-            if stream.events.isEmpty { becameEmpty(stream, now: now) }
+            queueIfIdle(stream, now: now)
         }
     }
 
     // MARK: Reading
 
+    /// The offset in the stream's index of its oldest event still in the ring.
+    private func liveStart(_ stream: StreamState) -> Int { stream.index.firstOffset(atLeast: tail) }
+
+    /// The seq of the stream's oldest retained event (retained seqs are contiguous and end at `lastSeq`).
+    func firstRetainedSeq(_ stream: StreamState) -> UInt64? {
+        let live = Int(stream.index.count) - liveStart(stream)
+        return live == 0 ? nil : stream.lastSeq &- UInt64(live) &+ 1
+    }
+
+    /// Events of the stream retained now (live).
+    func retainedCount(_ stream: StreamState) -> Int { Int(stream.index.count) - liveStart(stream) }
+
     /// The events after `after`, if every one of them is retained and there are at most `limit`.
-    static func read(_ stream: StreamState, after: UInt64, limit: Int) -> HistoryRead {
+    func read(_ stream: StreamState, after: UInt64, limit: Int) -> HistoryRead {
         let top = stream.lastSeq
         if after == top { return .events([]) }
         if after > top { return .ahead }
-        guard let first = stream.firstRetainedSeq, first <= after &+ 1 else { return .tooOld }
+        let start = liveStart(stream)
+        guard let first = firstRetainedSeq(stream), first <= after &+ 1 else { return .tooOld }
         guard top - after <= UInt64(max(0, limit)) else { return .tooMany }
-        let start = Int(after &+ 1 - first)
-        guard start <= stream.events.count else { return .tooOld }  // never: retained seqs end at lastSeq
         var events: [RetainedEvent] = []
         events.reserveCapacity(Int(top - after))
-        for i in start..<stream.events.count { events.append(stream.events[i]) }
+        var seq = after &+ 1
+        for i in (start + Int(seq - first))..<Int(stream.index.count) {
+            // A mismatch is never expected (the index and the ring move together): refuse rather than replay wrong.
+            guard let event = event(at: stream.index[i], seq: seq) else { return .tooOld }
+            events.append(event)
+            seq &+= 1
+        }
         return .events(events)
     }
 
     /// Every retained event with seq > `after` (admin views), oldest first.
-    static func retained(_ stream: StreamState, after: UInt64) -> [RetainedEvent] {
+    func retained(_ stream: StreamState, after: UInt64) -> [RetainedEvent] {
+        guard let first = firstRetainedSeq(stream) else { return [] }
+        let start = liveStart(stream)
         var events: [RetainedEvent] = []
-        for i in 0..<stream.events.count where stream.events[i].seq > after { events.append(stream.events[i]) }
+        for i in start..<Int(stream.index.count) {
+            let seq = first &+ UInt64(i - start)
+            if seq > after, let event = event(at: stream.index[i], seq: seq) { events.append(event) }
+        }
         return events
     }
 
@@ -365,15 +607,18 @@ struct HistoryStore {
 
     /// Every stream, and the retained events in publish order, for the state file.
     func exportStreams() -> (streams: [StreamState], events: [(stream: StreamState, event: RetainedEvent)]) {
-        var live: [(stream: StreamState, event: RetainedEvent)] = []
+        var live: [(position: UInt64, stream: StreamState, event: RetainedEvent)] = []
         live.reserveCapacity(eventCount)
-        for i in 0..<order.count {
-            let entry = order[i]
-            guard !entry.stream.forgotten, let first = entry.stream.firstRetainedSeq, entry.seq >= first else { continue }
-            let offset = Int(entry.seq - first)
-            if offset < entry.stream.events.count { live.append((entry.stream, entry.stream.events[offset])) }
+        for stream in streams.values {
+            guard let first = firstRetainedSeq(stream) else { continue }
+            let start = liveStart(stream)
+            for i in start..<Int(stream.index.count) {
+                let position = stream.index[i]
+                if let event = event(at: position, seq: first &+ UInt64(i - start)) { live.append((position, stream, event)) }
+            }
         }
-        return (Array(streams.values), live)
+        live.sort { $0.position < $1.position }
+        return (Array(streams.values), live.map { ($0.stream, $0.event) })
     }
 
     /// Restores a stream saved by `exportStreams` (numbering and generation as saved; idle from `now`).
@@ -386,21 +631,12 @@ struct HistoryStore {
 
     /// Restores one retained event, in publish order; the caller restores a stream's events in seq order.
     mutating func restoreEvent(_ event: RetainedEvent, in stream: StreamState, now: UInt64) {
-        stream.events.append(event)
-        eventCount += 1
-        bytes += event.cost
-        order.append(OrderEntry(stream: stream, seq: event.seq, acceptedAt: event.acceptedAt))
-        while stream.events.count > limits.size {
-            drop(from: stream)
-            staleInOrder += 1
-        }
+        store(event.frame.bytes, seq: event.seq, acceptedAt: event.acceptedAt, dataStart: Int(event.dataStart), in: stream, now: now)
     }
 
-    /// After a restore: applies the memory cap and the TTL, queues the streams without events as idle.
+    /// After a restore: applies the TTL, queues the unfollowed streams as idle.
     mutating func finishRestore(now: UInt64) {
-        while bytes > limits.memoryBytes, evictOldest(now: now) {}
         expire(now: now, budget: Int.max)
-        for stream in streams.values where stream.events.isEmpty { becameEmpty(stream, now: now) }
-        compactIfNeeded()
+        for stream in streams.values { queueIfIdle(stream, now: now) }
     }
 }

@@ -367,7 +367,7 @@ public final class LocalBroker: Broker {
                     if resume.epoch != epoch {
                         position.replay = .failure(.epochChanged)
                     } else {
-                        switch HistoryStore.read(stream, after: resume.seq, limit: read.limit) {
+                        switch s.history.read(stream, after: resume.seq, limit: read.limit) {
                         case .events(let events): position.replay = .success(events)
                         case .tooOld: position.replay = .failure(.tooOld)
                         case .tooMany: position.replay = .failure(.tooMany)
@@ -395,9 +395,12 @@ public final class LocalBroker: Broker {
         state.withLock { s in
             guard let stream = s.history.stream(key) else { return nil }
             return StreamHistory(epoch: "\(epoch).\(stream.generation)", seq: stream.lastSeq,
-                                 events: HistoryStore.retained(stream, after: after))
+                                 events: s.history.retained(stream, after: after))
         }
     }
+
+    /// False when history is on but its ring could not be mapped (the hub logs it at start).
+    var historyReserved: Bool { state.withLock { $0.history.reserved } }
 
     public func maintain() {
         let now = monotonicNanos()

@@ -127,7 +127,7 @@ public struct HubConfiguration: Sendable, Equatable {
               defaultText: { "\($0.historySize)" }, apply: { c, v throws(ConfigurationError) in c.historySize = try parseInt(v, "history-size", 0...1_000_000) }),
         .init(name: "history-ttl", kind: .value(placeholder: "DURATION"), help: "how long events are kept; a stream silent this long is forgotten",
               defaultText: { "\($0.historyTTLSeconds / 60)m" }, apply: { c, v throws(ConfigurationError) in c.historyTTLSeconds = try parseDuration(v, "history-ttl") }),
-        .init(name: "history-memory", kind: .value(placeholder: "BYTES"), help: "cap on all history (frame bytes + 256 per event), oldest evicted first; accepts 512k, 64m, 1g",
+        .init(name: "history-memory", kind: .value(placeholder: "BYTES"), help: "size of the history ring shared by all streams (each event: its frame + 32 bytes), oldest overwritten first; accepts 512k, 64m, 1g",
               defaultText: { "\($0.historyMemoryBytes >> 20)m" }, apply: { c, v throws(ConfigurationError) in c.historyMemoryBytes = try parseByteSize(v, "history-memory", 0...(1 << 40)) }),
         .init(name: "recovery-max", kind: .value(placeholder: "N"), help: "most events replayed per stream when a client resumes (more: recovered false, too_many)",
               defaultText: { "\($0.recoveryMax)" }, apply: { c, v throws(ConfigurationError) in c.recoveryMax = try parseInt(v, "recovery-max", 0...1_000_000) }),

@@ -129,6 +129,10 @@ final class HubCore: Sendable {
             return
         }
         let stats = broker.statistics()
+        if let localBroker, !localBroker.historyReserved {
+            log("recovery: could not reserve \(configuration.historyMemoryBytes) bytes for the history ring (mmap failed); "
+                + "no events are kept, every resume answers too_old. Lower --history-memory")
+        }
         if let saved {
             StateFile.remove(directory: configuration.stateDirectory)
             let age = max(0, wallClockSeconds() - saved.savedAt)

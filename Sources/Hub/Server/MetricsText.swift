@@ -47,11 +47,11 @@ enum MetricsText {
         metric("hub_recoveries_total", "counter", "Resumes (subscribe with since) by outcome, per channel.",
                RecoveryOutcome.labels.enumerated().map { ("{outcome=\"\($0.element)\"}", String(total.counters.recoveries[$0.offset])) })
         metric("hub_replayed_events_total", "counter", "Events replayed from history to resuming connections.", one(total.counters.replayedEvents))
-        metric("hub_history_bytes", "gauge", "Retained history: frame bytes plus a fixed overhead per event.", one(broker.historyBytes))
+        metric("hub_history_bytes", "gauge", "Bytes of the history ring in use: entries not yet overwritten (each its frame + 32), live or not.", one(broker.historyBytes))
         metric("hub_history_limit_bytes", "gauge", "The history memory cap (--history-memory).", one(broker.historyLimitBytes))
         metric("hub_history_events", "gauge", "Events retained in history.", one(broker.events))
         metric("hub_history_streams", "gauge", "Streams the hub keeps a sequence number for.", one(broker.streams))
-        metric("hub_history_evictions_total", "counter", "Events evicted from history to stay under --history-memory (oldest first).", one(broker.evictions))
+        metric("hub_history_evictions_total", "counter", "Live events the history ring (--history-memory) overwrote, oldest first.", one(broker.evictions))
         metric("hub_history_expirations_total", "counter", "Events dropped from history after --history-ttl.", one(broker.expirations))
         metric("hub_idempotent_duplicates_total", "counter", "Publishes not delivered again because their idempotencyKey was seen.", one(broker.duplicates))
         if let cluster = broker.cluster {
