@@ -296,12 +296,13 @@ public enum HistoryRead: Sendable, Equatable {
 /// frame (already encoded for fan-out) behind a 32-byte header at the ring's head and appends that position to its
 /// stream's index; the fan-out's own frame is freed as soon as it is sent, as without history. When the ring is
 /// full, the oldest entries are overwritten: eviction advances the tail over them and frees nothing, touches no
-/// stream and no object (the header says whether the event was still live, for the counters). A stream's events
+/// stream and no object (a bitmap beside the ring says whether the event was still live, for the counters). A stream's events
 /// the ring has passed are recognised by their position (below the tail) when the stream is next read or written.
 /// So the ring holds the last `--history-memory` bytes of everything published, and of that, per stream, the
 /// last `--history-size` events no older than `--history-ttl`. Events a stream drops by its count stay in the
-/// ring, flagged, until it passes them: with streams far over their count within the ring's span, the span is
-/// shorter than the live events alone would need (measured and explained in docs/OPERATIONS.md, "History").
+/// ring, marked, until it passes them: with streams far over their count within the ring's span, the span is
+/// shorter than the live events alone would need (docs/OPERATIONS.md, "Recovery: history, epochs and the state
+/// file").
 ///
 /// Why not a `SharedBytes` per retained event (until 2026-11-26): every publish then also freed the frame of the
 /// event it evicted, long out of the cache, and its object's release; malloc and free of those 200-300-byte
