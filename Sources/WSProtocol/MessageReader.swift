@@ -68,6 +68,13 @@ public struct MessageReader {
     /// The violation this reader met, if any (it is then poisoned).
     public var violation: ProtocolViolation? { failure }
 
+    /// True between messages with nothing pending: no partial frame, message or control frame, no close received,
+    /// no violation, and no decompressor (whose window outlives a message). A reader at rest can be dropped and a
+    /// fresh one with the same configuration made for the next bytes: it would read them exactly the same.
+    public var isAtRest: Bool {
+        failure == nil && !closeReceived && !inMessage && control.isEmpty && decompressor == nil && decoder.isAtFrameBoundary
+    }
+
     private mutating func readFrames(_ bytes: UnsafeMutableRawBufferPointer,
                                      _ body: (InboundMessage) -> ReadDecision) throws(ProtocolViolation) -> Int {
         var offset = 0
