@@ -264,8 +264,6 @@ import Testing
             }
         }
         #expect(ring.first == model.first && ring.last == model.last && ring.count == model.count)
-        ring.retainAll { $0 % 2 == 0 }
-        #expect((0..<ring.count).map { ring[$0] } == model.filter { $0 % 2 == 0 })
     }
 
     @Test func idempotencyKeysLeaveAfterTheWindowOrBeyondTheCount() {

@@ -84,8 +84,8 @@ if only == "memory" {
     let frame = entry - Double(HistoryLimits.perEventOverhead)
     let real = Double(after - before) / Double(stats.events)
     print("memory, \(stats.streams) streams x \(perStream) events (\(stats.events) retained), frames of ~\(Int(frame)) B: RSS growth "
-          + "\(Int(real)) B/event, i.e. \(Int(real - frame)) B beyond the frame (its ring entry: \(Int(entry)) B, the header and "
-          + "alignment \(Int(entry - frame)) B; the rest: its stream's index and the stream table)")
+          + "\(Int(real)) B/event, i.e. \(Int(real - frame)) B beyond the frame (its ring entry: \(Int(entry)) B with the "
+          + "\(HistoryLimits.perEventOverhead)-byte header; the rest: its stream's index and the stream table)")
     withExtendedLifetime(b) {}
     exit(0)
 }

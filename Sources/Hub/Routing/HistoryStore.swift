@@ -91,6 +91,8 @@ final class EventRing {
 
     let capacity: Int
     let base: UnsafeMutableRawPointer?
+    /// A ring was asked for but `mmap` refused it.
+    let mappingFailed: Bool
     /// One bit per 32-byte block of the ring, set for an entry starting there that its stream dropped (over
     /// `--history-size`; its bytes stay until the ring passes them). Entries take at least 40 bytes, so no two
     /// start in one block. A bitmap beside the ring, not a flag in the entry's header: the entry a stream drops is
@@ -106,6 +108,7 @@ final class EventRing {
             base = nil
             dropped = nil
             droppedBytes = 0
+            mappingFailed = false
             return
         }
         let mapped = mmap(nil, capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
@@ -120,6 +123,7 @@ final class EventRing {
             base = mapped
             dropped = bits.assumingMemoryBound(to: UInt64.self)
             self.droppedBytes = droppedBytes
+            mappingFailed = false
         } else {
             if let mapped, mapped != MAP_FAILED { munmap(mapped, capacity) }
             if let bits, bits != MAP_FAILED { munmap(bits, droppedBytes) }
@@ -127,6 +131,7 @@ final class EventRing {
             base = nil
             dropped = nil
             self.droppedBytes = 0
+            mappingFailed = true
         }
     }
 
@@ -352,7 +357,7 @@ struct HistoryStore {
     /// Bytes of the ring in use (entries not yet overwritten, live or not, and padding): the history's memory.
     var bytes: Int { Int(head &- tail) }
     /// False when the history should keep events but its ring could not be mapped.
-    var reserved: Bool { limits.size == 0 || limits.memoryBytes < 64 || ring.base != nil }
+    var reserved: Bool { !ring.mappingFailed }
     var streamCount: Int { streams.count }
     var idleEntryCount: Int { idle.count }
 
@@ -372,12 +377,11 @@ struct HistoryStore {
 
     private func offset(_ position: UInt64) -> Int { Int(position % UInt64(ring.capacity)) }
 
-    private func header(_ position: UInt64) -> (size: UInt32, frameCount: UInt32, dataStart: UInt32, reserved: UInt32, seq: UInt64, acceptedAt: UInt64)? {
+    private func header(_ position: UInt64) -> (size: UInt32, frameCount: UInt32, dataStart: UInt32, seq: UInt64, acceptedAt: UInt64)? {
         guard let base = ring.base, position >= tail, position < head else { return nil }
         let p = base + offset(position)
         return (p.load(as: UInt32.self), p.load(fromByteOffset: 4, as: UInt32.self), p.load(fromByteOffset: 8, as: UInt32.self),
-                p.load(fromByteOffset: 12, as: UInt32.self), p.load(fromByteOffset: 16, as: UInt64.self),
-                p.load(fromByteOffset: 24, as: UInt64.self))
+                p.load(fromByteOffset: 16, as: UInt64.self), p.load(fromByteOffset: 24, as: UInt64.self))
     }
 
     /// Advances the tail over its entry; false when the ring is empty, or (`onlyExpired`) the entry is within the TTL.

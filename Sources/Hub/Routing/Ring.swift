@@ -51,13 +51,6 @@ struct Ring<Element> {
         storage[head] = element
     }
 
-    /// Keeps only the elements for which `keep` is true, in order (O(count)).
-    mutating func retainAll(where keep: (Element) -> Bool) {
-        var kept = Ring()
-        for i in 0..<count where keep(self[i]) { kept.append(self[i]) }
-        self = kept
-    }
-
     mutating func removeAll() { self = Ring() }
 
     /// A power of two, at least `count`.
