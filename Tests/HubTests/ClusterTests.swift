@@ -12,7 +12,7 @@ struct ClusterTests {
     static let secret = "cluster-test-secret-0123456789abcdef0123"
 
     struct Cluster: @unchecked Sendable {
-        let redis: RedisServer
+        let redis: RedisServer?  // nil: the test keeps its Redis (a Redis Cluster) itself
         let nodes: [HubProcess]
 
         func token(_ account: String) throws -> String {

@@ -158,6 +158,49 @@ struct RedisStreamsTests {
         #expect(try publish(a, "after the window", key: "k3") == .init(seq: 5, epoch: "E", duplicate: false))
     }
 
+    @Test("cluster presence: listed nodes count, an unlisted node counts only if its field was written after the list, and is removed otherwise",
+          .enabled(if: RedisPeer.enabled, RedisPeer.skipReason))
+    func presenceAgainstAListOfLiveNodes() throws {
+        let server = try RedisServer()
+        let r = try RedisOnLoop.ready(server)
+        let streams = RedisStreams()
+        let nodes = RedisNodes(staleMillis: 5_000)
+        let stream = RedisStreams.Stream(channel: "wallet_updates", account: "acc_1")
+        func presence(_ node: String, _ count: Int) throws {
+            _ = try r.onLoop { redis, done in streams.setPresence(stream, node: node, count: count, stamped: true, on: redis) { done($0) } }.get()
+        }
+        func delivered(_ live: (ids: [String], asOf: Int64)?) throws -> Int {
+            try r.onLoop { redis, done in
+                streams.publish("e", to: stream, candidateEpoch: "E", liveNodes: live, on: redis) { done($0) }
+            }.get().delivered
+        }
+        func live() throws -> (ids: [String], asOf: Int64) {
+            try r.onLoop { redis, done in nodes.live(on: redis) { done($0) } }.get()
+        }
+        // A, B and the dead D registered; D's beat goes stale.
+        for id in ["A", "B"] { _ = try r.onLoop { redis, done in nodes.heartbeat(id: id, info: "{}", on: redis) { done($0) } }.get() }
+        try presence("A", 2)
+        try presence("B", 3)
+        try presence("D", 7)
+        #expect(try r.call(["HGET", streams.presenceKey(stream), "A"]).get().string?.hasPrefix("2:") == true, "stamped COUNT:MS")
+        #expect(try delivered(nil) == 12, "no list: every field counts")
+        let listed = try live()
+        #expect(Set(listed.ids) == ["A", "B"])
+        usleep(5_000)
+        // C joined after the list was taken: its field is newer than the list, so it counts; D's is older: removed.
+        try presence("C", 4)
+        #expect(try delivered(listed) == 9)
+        #expect(try r.call(["HEXISTS", streams.presenceKey(stream), "D"]).get().int == 0, "the dead node's field is removed")
+        #expect(try r.call(["HEXISTS", streams.presenceKey(stream), "C"]).get().int == 1, "the new node's field stays")
+        // A later list without C (it never beat): its field is now older than the list.
+        usleep(5_000)
+        #expect(try delivered(try live()) == 5)
+        // 0 removes the field; unstamped fields (a single Redis) still count.
+        try presence("A", 0)
+        _ = try r.call(["HSET", streams.presenceKey(stream), "B", "3"]).get()
+        #expect(try delivered(nil) == 3)
+    }
+
     @Test("a stream idle past its TTL is gone (so its next publish starts a new epoch)",
           .enabled(if: RedisPeer.enabled, RedisPeer.skipReason))
     func ttl() throws {

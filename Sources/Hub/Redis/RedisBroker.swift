@@ -11,7 +11,7 @@ public struct RedisBrokerOptions: Sendable {
     /// Milliseconds a stream's keys live after its last publish (0: forever).
     public var historyTTLMillis = 600_000
     public var idempotencyWindowMillis = 300_000
-    /// Redis 7 sharded pub/sub (`SSUBSCRIBE`/`SPUBLISH`), for Redis Cluster.
+    /// Redis 7 sharded pub/sub (`SSUBSCRIBE`/`SPUBLISH`); always on with a Redis Cluster (`redis-cluster://`).
     public var sharded = false
     public var heartbeatMillis = 1_000
     public var staleMillis = 5_000
@@ -72,6 +72,8 @@ public struct ClusterStatistics: Sendable {
 /// and the gap is read from the stream history before delivery goes on, so the loops see each stream contiguous and
 /// in order. After a reconnect, every followed stream is read from its last seq.
 public final class RedisBroker: Broker, @unchecked Sendable {
+    /// Shards (hash tags) of the streams on a Redis Cluster.
+    public static let clusterShards = 256
     /// All channel epochs of the cluster start with this (the streams' own epochs follow it).
     public let epoch = "r"
     let channelNames: [String]
@@ -90,8 +92,13 @@ public final class RedisBroker: Broker, @unchecked Sendable {
     private let nodeInfo = Mutex<@Sendable (@escaping @Sendable (String) -> Void) -> Void>({ $0("{}") })
 
     // Loop thread only.
-    private var commands: RedisConnection? = nil
-    private var subscriber: RedisConnection? = nil
+    private var commands: (any RedisLink)? = nil
+    private var subscriber: (any RedisLink)? = nil
+    /// Sharded pub/sub: asked for, or a Redis Cluster.
+    private let sharded: Bool
+    /// With sharded pub/sub the publish script cannot read the node registry (another slot): the live nodes' ids as
+    /// of the last heartbeat are passed to it instead (nil until the first list).
+    private var liveNodes: (ids: [String], asOf: Int64)? = nil
     private var followed: [String: Follow] = [:]
     /// Events to hand to each loop at the next flush (index: the loop's, as in `shards`).
     private var outgoing: [[PublishedEvent]] = []
@@ -99,6 +106,8 @@ public final class RedisBroker: Broker, @unchecked Sendable {
     private var heartbeatTimer = TimerHandle.none
     private var writer = JSONWriter(capacity: 4096)
     private var wasReady = false
+    /// Layout `shards`: every shard channel is subscribed and confirmed on the current subscriber link.
+    private var shardChannelsConfirmed = false
     /// Candidate epochs for streams this node may create: a random prefix per process and a counter, so each is
     /// unique without a random draw per publish.
     private let epochPrefix = Base64URL.randomToken(bytes: 6)
@@ -163,8 +172,12 @@ public final class RedisBroker: Broker, @unchecked Sendable {
         self.channelNames = channelNames
         self.shards = shards
         self.options = options
-        streams = RedisStreams(prefix: options.prefix, shards: options.shards, historySize: options.historySize,
-                               ttlMillis: options.historyTTLMillis, sharded: options.sharded, layout: options.layout)
+        sharded = options.sharded || options.endpoint.cluster
+        // On a Redis Cluster the shards are the unit the masters share (a shard's keys are one slot): 256 of them
+        // spread evenly over any realistic number of masters (16 would put 6, 6 and 4 on three).
+        let shardCount = options.endpoint.cluster ? max(options.shards, RedisBroker.clusterShards) : options.shards
+        streams = RedisStreams(prefix: options.prefix, shards: shardCount, historySize: options.historySize,
+                               ttlMillis: options.historyTTLMillis, sharded: sharded, layout: options.layout)
         nodes = RedisNodes(prefix: options.prefix, staleMillis: options.staleMillis)
         nodeID = Base64URL.randomToken(bytes: 6)
         controlChannel = Self.controlChannel(prefix: options.prefix, node: nodeID)
@@ -191,11 +204,25 @@ public final class RedisBroker: Broker, @unchecked Sendable {
 
     private func startOnLoop() {
         guard commands == nil else { return }
-        let commands = RedisConnection(endpoint: options.endpoint, loop: loop)
-        let subscriber = RedisConnection(endpoint: options.endpoint, loop: loop)
+        let commands: any RedisLink
+        let subscriber: any RedisLink
+        if options.endpoint.cluster {
+            commands = RedisClusterClient(endpoint: options.endpoint, loop: loop, subscriber: false)
+            subscriber = RedisClusterClient(endpoint: options.endpoint, loop: loop, subscriber: true)
+        } else {
+            let c = RedisConnection(endpoint: options.endpoint, loop: loop)
+            commands = c
+            subscriber = RedisConnection(endpoint: options.endpoint, loop: loop)
+            c.onReady = { [unowned self, unowned c] in
+                if c.serverMode == "cluster" {
+                    self.log("cluster: Redis at \(self.options.endpoint) is a Redis Cluster node: use --broker redis-cluster://HOST:PORT so that commands go to each slot's master")
+                }
+                self.commandsReady()
+            }
+        }
         self.commands = commands
         self.subscriber = subscriber
-        commands.onReady = { [unowned self] in self.commandsReady() }
+        if options.endpoint.cluster { commands.onReady = { [unowned self] in self.commandsReady() } }
         commands.onDown = { [unowned self] error in self.connectionDown("commands", error) }
         subscriber.onReady = { [unowned self] in self.subscriberReady() }
         subscriber.onDown = { [unowned self] error in self.connectionDown("subscriber", error) }
@@ -203,8 +230,8 @@ public final class RedisBroker: Broker, @unchecked Sendable {
         commands.start()
         subscriber.start()
         heartbeatTimer = loop.scheduleRepeating(every: .milliseconds(options.heartbeatMillis)) { [unowned self] in self.heartbeat() }
-        let layout = options.layout == .streams ? "a channel per stream" : "\(options.shards) shard channels"
-        log("cluster: node \(nodeID) using Redis at \(options.endpoint) (\(layout)" + (options.sharded ? ", sharded pub/sub)" : ")"))
+        let layout = options.layout == .streams ? "a channel per stream" : "\(streams.shards) shard channels"
+        log("cluster: node \(nodeID) using Redis at \(options.endpoint) (\(layout)" + (sharded ? ", sharded pub/sub)" : ")"))
     }
 
     /// Leaves the registry and removes this node's presence, then closes its Redis connections (bounded: waits at
@@ -213,9 +240,9 @@ public final class RedisBroker: Broker, @unchecked Sendable {
         let done = DispatchSemaphore(value: 0)
         loop.execute { [unowned self] in
             _ = self.loop.cancel(self.heartbeatTimer)
-            guard let commands = self.commands, commands.state == .ready else { done.signal(); return }
+            guard let commands = self.commands, commands.canSend else { done.signal(); return }
             for follow in self.followed.values {
-                self.streams.setPresence(follow.stream, node: self.nodeID, count: 0, on: commands)
+                self.streams.setPresence(follow.stream, node: self.nodeID, count: 0, stamped: self.sharded, on: commands)
             }
             self.nodes.leave(id: self.nodeID, on: commands) { _ in done.signal() }
         }
@@ -233,14 +260,15 @@ public final class RedisBroker: Broker, @unchecked Sendable {
         // Presence may have been lost (Redis restarted) or dropped (this node looked dead): write it again.
         guard let commands else { return }
         for follow in followed.values {
-            streams.setPresence(follow.stream, node: nodeID, count: follow.followers, on: commands)
+            streams.setPresence(follow.stream, node: nodeID, count: follow.followers, stamped: sharded, on: commands)
         }
         if wasReady { refill() }
         wasReady = true
     }
 
-    private var subscribeCommand: String { options.sharded ? "SSUBSCRIBE" : "SUBSCRIBE" }
-    private var unsubscribeCommand: String { options.sharded ? "SUNSUBSCRIBE" : "UNSUBSCRIBE" }
+    private var subscribeCommand: String { sharded ? "SSUBSCRIBE" : "SUBSCRIBE" }
+    private var unsubscribeCommand: String { sharded ? "SUNSUBSCRIBE" : "UNSUBSCRIBE" }
+    private var publishCommand: String { sharded ? "SPUBLISH" : "PUBLISH" }
 
     private func subscriberReady() {
         guard let subscriber else { return }
@@ -261,6 +289,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
                 return
             }
             for follow in confirmedNow { follow.confirmed = true }
+            if self.options.layout == .shards { self.shardChannelsConfirmed = true }
             self.stats.withLock { $0.subscribed = true }
             self.log("cluster: subscribed to \(what)")
             // Messages may have been missed while unsubscribed: read every followed stream from its last seq.
@@ -269,7 +298,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
     }
 
     /// SUBSCRIBE in commands of at most 1000 channels; `done` once all are confirmed (or at the first error).
-    private func subscribeChunked(_ channels: [String], on subscriber: RedisConnection, done: @escaping (RedisError?) -> Void) {
+    private func subscribeChunked(_ channels: [String], on subscriber: any RedisLink, done: @escaping (RedisError?) -> Void) {
         guard !channels.isEmpty else { return done(nil) }
         var remaining = (channels.count + 999) / 1000
         var failed = false
@@ -287,7 +316,10 @@ public final class RedisBroker: Broker, @unchecked Sendable {
     }
 
     private func connectionDown(_ which: String, _ error: RedisError) {
-        if which == "subscriber" { for follow in followed.values { follow.confirmed = false } }
+        if which == "subscriber" {
+            for follow in followed.values { follow.confirmed = false }
+            shardChannelsConfirmed = false
+        }
         let first = stats.withLock { s -> Bool in
             let was = which == "commands" ? s.connected : s.subscribed
             if which == "commands" { s.connected = false } else { s.subscribed = false }
@@ -306,15 +338,19 @@ public final class RedisBroker: Broker, @unchecked Sendable {
         // The subscriber gets a PING each beat, so it always owes something while it lives.
         let stall = Duration.milliseconds(options.stallMillis)
         commands?.closeIfStalled(after: stall)
-        if let subscriber, !subscriber.closeIfStalled(after: stall), subscriber.state == .ready {
+        if let subscriber, !subscriber.closeIfStalled(after: stall), subscriber.canSend {
             subscriber.send(["PING"]) { _ in }
         }
-        guard let commands, commands.state == .ready else { return }
+        guard let commands, commands.canSend else { return }
         let provider = nodeInfo.withLock { $0 }
         provider { [unowned self] info in
             self.loop.execute { [unowned self] in
-                guard let commands = self.commands, commands.state == .ready else { return }
+                guard let commands = self.commands, commands.canSend else { return }
                 self.nodes.heartbeat(id: self.nodeID, info: info, on: commands) { _ in }
+                guard self.sharded else { return }
+                self.nodes.live(on: commands) { [unowned self] result in
+                    if case .success(let live) = result { self.liveNodes = live }
+                }
             }
         }
     }
@@ -328,7 +364,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
     /// The live nodes of the cluster (from the registry), or why not.
     public func listNodes(_ completion: @escaping @Sendable (Result<[RedisNodes.Node], BrokerFailure>) -> Void) {
         loop.execute { [unowned self] in
-            guard let commands = self.commands, commands.state == .ready else {
+            guard let commands = self.commands, commands.canSend else {
                 completion(.failure(BrokerFailure(message: "Redis is unavailable")))
                 return
             }
@@ -384,7 +420,8 @@ public final class RedisBroker: Broker, @unchecked Sendable {
         }
         for (i, item) in items.enumerated() {
             streams.publish(item.text, to: item.stream, candidateEpoch: candidateEpoch(), idempotencyKey: item.idempotencyKey,
-                            windowMillis: options.idempotencyWindowMillis, liveness: options.sharded ? nil : nodes, on: commands) { [unowned self] result in
+                            windowMillis: options.idempotencyWindowMillis, liveness: sharded ? nil : nodes,
+                            liveNodes: sharded ? liveNodes : nil, on: commands) { [unowned self] result in
                 switch result {
                 case .success(let n):
                     replies[i] = PublishReply(seq: n.seq, delivered: n.delivered, duplicate: n.duplicate)
@@ -582,15 +619,20 @@ public final class RedisBroker: Broker, @unchecked Sendable {
     private func attachOnLoop(_ reads: [StreamRead], completion: @escaping @Sendable (Result<[StreamPosition], BrokerFailure>) -> Void) {
         // Following starts now, before the read is sent: every message numbered after the read reaches the loops.
         for read in reads where read.follow { follow(read.stream, loop: read.loop) }
-        guard let commands, commands.state == .ready else {
+        guard let commands, commands.canSend else {
             completion(.failure(Self.subscribeUnavailable(nil)))
             return
         }
-        guard options.layout == .streams else { return read(reads, on: commands, completion: completion) }
+        guard options.layout == .streams else {
+            // Shard channels are subscribed all together when the subscriber link comes up: until they are
+            // confirmed, a read could miss events published right after it.
+            guard shardChannelsConfirmed else { return completion(.failure(Self.subscribeUnavailable(nil))) }
+            return read(reads, on: commands, completion: completion)
+        }
         // Per-stream channels: the read may only be sent once the subscription to every stream is confirmed.
         let unconfirmed = reads.compactMap { followed[stream(for: $0.stream).id] }.filter { !$0.confirmed }
         guard !unconfirmed.isEmpty else { return read(reads, on: commands, completion: completion) }
-        guard let subscriber, subscriber.state == .ready else {
+        guard let subscriber, subscriber.canSend else {
             completion(.failure(Self.subscribeUnavailable(nil)))
             return
         }
@@ -604,7 +646,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
                 return
             }
             for follow in unconfirmed { follow.confirmed = true }
-            guard let commands = self.commands, commands.state == .ready else {
+            guard let commands = self.commands, commands.canSend else {
                 completion(.failure(Self.subscribeUnavailable(nil)))
                 return
             }
@@ -618,7 +660,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
     }
 
     /// The reads of an attach, once the streams' messages reach this node.
-    private func read(_ reads: [StreamRead], on commands: RedisConnection,
+    private func read(_ reads: [StreamRead], on commands: any RedisLink,
                       completion: @escaping @Sendable (Result<[StreamPosition], BrokerFailure>) -> Void) {
         var positions = [StreamPosition?](repeating: nil, count: reads.count)
         var failure: BrokerFailure? = nil
@@ -689,8 +731,8 @@ public final class RedisBroker: Broker, @unchecked Sendable {
             stats.withLock { $0.followedStreams = followed.count }
         }
         follow.add(loop: loop, 1)
-        if let commands, commands.state == .ready {
-            streams.setPresence(stream, node: nodeID, count: follow.followers, on: commands)
+        if let commands, commands.canSend {
+            streams.setPresence(stream, node: nodeID, count: follow.followers, stamped: sharded, on: commands)
         }
     }
 
@@ -704,12 +746,12 @@ public final class RedisBroker: Broker, @unchecked Sendable {
                 follow.add(loop: index, -1)
                 if follow.followers <= 0 {
                     self.followed[id] = nil
-                    if self.options.layout == .streams, let subscriber = self.subscriber, subscriber.state == .ready {
+                    if self.options.layout == .streams, let subscriber = self.subscriber, subscriber.canSend {
                         subscriber.subscribe([self.unsubscribeCommand, self.streams.streamChannel(stream)])
                     }
                 }
-                if let commands = self.commands, commands.state == .ready {
-                    self.streams.setPresence(stream, node: self.nodeID, count: max(0, follow.followers), on: commands)
+                if let commands = self.commands, commands.canSend {
+                    self.streams.setPresence(stream, node: self.nodeID, count: max(0, follow.followers), stamped: self.sharded, on: commands)
                 }
             }
             let count = self.followed.count
@@ -734,7 +776,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
         listNodes { [unowned self] result in
             let others = ((try? result.get()) ?? []).map(\.id).filter { $0 != self.nodeID }
             self.loop.execute { [unowned self] in
-                guard !others.isEmpty, let commands = self.commands, commands.state == .ready else { return completion([], others) }
+                guard !others.isEmpty, let commands = self.commands, commands.canSend else { return completion([], others) }
                 self.nextAskID += 1
                 let id = self.nextAskID
                 let asking = Asking(waiting: Set(others), completion: completion)
@@ -742,7 +784,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
                 asking.timer = self.loop.schedule(after: timeout) { [unowned self] in self.finishAsking(id) }
                 let message = "REQ\n\(id)\n\(self.nodeID)\n" + String(decoding: request, as: UTF8.self)
                 for node in others {
-                    commands.send(["PUBLISH", Self.controlChannel(prefix: self.options.prefix, node: node), message]) { _ in }
+                    commands.send([self.publishCommand, Self.controlChannel(prefix: self.options.prefix, node: node), message]) { _ in }
                 }
             }
         }
@@ -770,9 +812,9 @@ public final class RedisBroker: Broker, @unchecked Sendable {
             let handler = controlHandler.withLock { $0 }
             handler(body) { [unowned self] reply in
                 self.loop.execute { [unowned self] in
-                    guard let commands = self.commands, commands.state == .ready else { return }
+                    guard let commands = self.commands, commands.canSend else { return }
                     let message = "REP\n\(id)\n\(self.nodeID)\n" + String(decoding: reply, as: UTF8.self)
-                    commands.send(["PUBLISH", Self.controlChannel(prefix: self.options.prefix, node: from), message]) { _ in }
+                    commands.send([self.publishCommand, Self.controlChannel(prefix: self.options.prefix, node: from), message]) { _ in }
                 }
             }
         case "REP":
@@ -794,7 +836,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
     public func readHistory(_ key: StreamKey, after: UInt64, limit: Int,
                             completion: @escaping @Sendable (Result<StreamHistory?, BrokerFailure>) -> Void) {
         loop.execute { [unowned self] in
-            guard let commands = self.commands, commands.state == .ready else {
+            guard let commands = self.commands, commands.canSend else {
                 return completion(.failure(BrokerFailure(message: "Redis is unavailable")))
             }
             self.streams.read(self.stream(for: key), after: after, limit: limit, on: commands) { [unowned self] result in

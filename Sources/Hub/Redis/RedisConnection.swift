@@ -3,7 +3,9 @@ import Glibc
 /// Where Redis is, from the operator's URL:
 /// - `redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]`: TCP; HOST is an IPv4 literal, `[IPv6]` or `localhost` (no DNS, as
 ///   everywhere in the hub); PORT defaults to 6379, DB to 0;
-/// - `unix://[[USER]:PASSWORD@]/PATH[?db=DB]`: a Unix socket.
+/// - `unix://[[USER]:PASSWORD@]/PATH[?db=DB]`: a Unix socket;
+/// - `redis-cluster://[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT...]`: a Redis Cluster, found through any of these seed
+///   nodes (the others are learnt from `CLUSTER SLOTS`); database 0 only, as Redis Cluster has no other.
 /// USER and PASSWORD may be percent-encoded. With a password and no user, AUTH uses Redis's `default` user.
 public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
     public enum Address: Sendable, Equatable {
@@ -15,6 +17,10 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
     public var username: String?
     public var password: String?
     public var database: Int
+    /// A Redis Cluster (`redis-cluster://`): `address` and `moreSeeds` are seed nodes, commands are routed by slot.
+    public var cluster = false
+    /// Further seed nodes of a cluster, tried in turn after `address`.
+    public var moreSeeds: [Address] = []
 
     public init(address: Address, username: String? = nil, password: String? = nil, database: Int = 0) {
         self.address = address
@@ -23,18 +29,31 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
         self.database = database
     }
 
+    /// Every seed node of a cluster (`address` first); for a single Redis, its address.
+    public var seeds: [Address] { [address] + moreSeeds }
+
+    /// The same credentials at another address (a cluster node), database 0, not itself a cluster endpoint.
+    public func node(_ address: Address) -> RedisEndpoint {
+        RedisEndpoint(address: address, username: username, password: password, database: 0)
+    }
+
     public init(parsing url: String) throws(RedisError) {
         func bad(_ why: String) -> RedisError { RedisError(.badURL, "\(why) in \"\(RedisEndpoint.redacted(url))\"") }
         let isUnix: Bool
+        var isCluster = false
         var rest: Substring
         if url.hasPrefix("redis://") {
             isUnix = false
             rest = url.dropFirst("redis://".count)
+        } else if url.hasPrefix("redis-cluster://") {
+            isUnix = false
+            isCluster = true
+            rest = url.dropFirst("redis-cluster://".count)
         } else if url.hasPrefix("unix://") {
             isUnix = true
             rest = url.dropFirst("unix://".count)
         } else {
-            throw bad("expected redis://HOST:PORT[/DB] or unix:///PATH")
+            throw bad("expected redis://HOST:PORT[/DB], redis-cluster://HOST:PORT[,HOST:PORT...] or unix:///PATH")
         }
         var username: String? = nil
         var password: String? = nil
@@ -77,25 +96,43 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
                 database = n
             }
         }
-        var host = hostPort
-        var port: UInt16 = 6379
-        if hostPort.hasPrefix("[") {
-            guard let close = hostPort.firstIndex(of: "]") else { throw bad("unclosed [") }
-            host = hostPort[...close]
-            let after = hostPort[hostPort.index(after: close)...]
-            if !after.isEmpty {
-                guard after.hasPrefix(":"), let p = UInt16(after.dropFirst()), p > 0 else { throw bad("bad port") }
+        func parseHostPort(_ hostPort: Substring) throws(RedisError) -> Address {
+            var host = hostPort
+            var port: UInt16 = 6379
+            if hostPort.hasPrefix("[") {
+                guard let close = hostPort.firstIndex(of: "]") else { throw bad("unclosed [") }
+                host = hostPort[...close]
+                let after = hostPort[hostPort.index(after: close)...]
+                if !after.isEmpty {
+                    guard after.hasPrefix(":"), let p = UInt16(after.dropFirst()), p > 0 else { throw bad("bad port") }
+                    port = p
+                }
+            } else if let colon = hostPort.lastIndex(of: ":") {
+                host = hostPort[..<colon]
+                guard let p = UInt16(hostPort[hostPort.index(after: colon)...]), p > 0 else { throw bad("bad port") }
                 port = p
             }
-        } else if let colon = hostPort.lastIndex(of: ":") {
-            host = hostPort[..<colon]
-            guard let p = UInt16(hostPort[hostPort.index(after: colon)...]), p > 0 else { throw bad("bad port") }
-            port = p
+            guard !host.isEmpty else { throw bad("no host") }
+            let address = Address.tcp(host: String(host), port: port)
+            // Checked now, so a typo fails at startup rather than at every reconnect.
+            guard (try? RedisEndpoint(address: address).socketAddress()) != nil else {
+                throw bad("expected an IPv4 or [IPv6] literal or localhost as the host")
+            }
+            return address
         }
-        guard !host.isEmpty else { throw bad("no host") }
-        self.init(address: .tcp(host: String(host), port: port), username: username, password: password, database: database)
-        // Checked now, so a typo fails at startup rather than at every reconnect.
-        guard (try? socketAddress()) != nil else { throw bad("expected an IPv4 or [IPv6] literal or localhost as the host") }
+        if isCluster {
+            guard database == 0 else { throw bad("a Redis Cluster has database 0 only") }
+            var addresses: [Address] = []
+            for part in hostPort.split(separator: ",", omittingEmptySubsequences: false) {
+                addresses.append(try parseHostPort(part))
+            }
+            guard let first = addresses.first, addresses.count <= 64 else { throw bad("expected 1 to 64 seed nodes") }
+            self.init(address: first, username: username, password: password, database: 0)
+            cluster = true
+            moreSeeds = Array(addresses.dropFirst())
+            return
+        }
+        self.init(address: try parseHostPort(hostPort), username: username, password: password, database: database)
     }
 
     /// The address to connect to.
@@ -113,6 +150,15 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
     /// The URL without its password, for logs.
     public var description: String {
         let auth = password == nil ? "" : "\(username ?? ""):***@"
+        if cluster {
+            let nodes = seeds.map { address -> String in
+                switch address {
+                case .tcp(let host, let port): return "\(host):\(port)"
+                case .unix(let path): return path
+                }
+            }
+            return "redis-cluster://\(auth)" + nodes.joined(separator: ",")
+        }
         switch address {
         case .tcp(let host, let port): return "redis://\(auth)\(host):\(port)/\(database)"
         case .unix(let path): return "unix://\(auth)\(path)?db=\(database)"
@@ -121,7 +167,7 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
 
     /// A URL with its credentials masked (for errors about a URL that did not parse).
     static func redacted(_ url: String) -> String {
-        let scheme = url.hasPrefix("redis://") ? "redis://" : (url.hasPrefix("unix://") ? "unix://" : "")
+        let scheme = ["redis://", "redis-cluster://", "unix://"].first { url.hasPrefix($0) } ?? ""
         let rest = url.dropFirst(scheme.count)
         guard let at = rest.lastIndex(of: "@") else { return url }
         return scheme + "***@" + String(rest[rest.index(after: at)...])
@@ -213,6 +259,35 @@ public struct RedisBackoff: Sendable, Equatable {
     }
 }
 
+/// What the cluster broker needs of its Redis side: one connection (`RedisConnection`, a single Redis) or a set of
+/// them routed by slot (`RedisClusterClient`, a Redis Cluster). Everything runs on the loop thread.
+public protocol RedisLink: AnyObject {
+    var state: RedisConnection.State { get }
+    /// Commands may be sent: the connection is ready; for a cluster, the slot map is known and a master is connected
+    /// (each command then fails or not by its own slot's master).
+    var canSend: Bool { get }
+    /// Why the link last went down or failed to come up (nil once ready again).
+    var lastError: RedisError? { get }
+    /// After each time the link becomes ready (connected, handshake done; for a cluster: every master's connection).
+    var onReady: () -> Void { get set }
+    /// Each push message (pub/sub messages and subscription confirmations).
+    var onPush: (RESPValue) -> Void { get set }
+    /// Each time the link goes down or an attempt fails.
+    var onDown: (RedisError) -> Void { get set }
+    func start()
+    func close()
+    /// Sends one command; `reply` runs on the loop thread with its reply (an error reply is `.server`).
+    func send(_ arguments: [String], reply: @escaping RedisConnection.Reply)
+    /// A SUBSCRIBE-family command with explicit channels; `done` once all are confirmed, or with the first error.
+    func subscribe(_ arguments: [String], done: @escaping (RedisError?) -> Void)
+    /// Closes a connection that owes replies and has heard nothing for `timeout` (it reconnects); whether it did.
+    @discardableResult func closeIfStalled(after timeout: Duration) -> Bool
+}
+
+extension RedisLink {
+    public func subscribe(_ arguments: [String]) { subscribe(arguments, done: { _ in }) }
+}
+
 /// One connection to Redis on an event loop, kept up for as long as it is wanted: non-blocking connect, a
 /// handshake (`HELLO 3` with `AUTH` when the endpoint has a password, `SELECT` for a database other than 0),
 /// pipelined commands whose replies are matched in order, RESP3 push messages (pub/sub) handed to `onPush`, and
@@ -226,7 +301,7 @@ public struct RedisBackoff: Sendable, Equatable {
 ///
 /// SUBSCRIBE-family commands go through `subscribe`: under RESP3 their confirmations arrive as push messages (one
 /// per channel), not as a reply, while a refusal is an ordinary error reply.
-public final class RedisConnection: ConnectionHandler {
+public final class RedisConnection: ConnectionHandler, RedisLink {
     public enum State: Sendable, Equatable {
         /// Connecting, or connected and in the handshake.
         case connecting
@@ -243,6 +318,9 @@ public final class RedisConnection: ConnectionHandler {
     public private(set) var state: State = .waiting
     /// Why the connection last went down or failed to come up (nil once ready again).
     public private(set) var lastError: RedisError? = nil
+    public var canSend: Bool { state == .ready }
+    /// The `mode` the server's HELLO reply gave (`standalone`, `cluster`, `sentinel`), once connected.
+    public private(set) var serverMode: String? = nil
 
     /// After each successful handshake.
     public var onReady: () -> Void = {}
@@ -264,12 +342,13 @@ public final class RedisConnection: ConnectionHandler {
     /// What Redis owes for a command written: a reply, or (SUBSCRIBE family) one confirmation push per channel.
     private enum Owed {
         case reply(Reply)
-        case confirmations(Int, (RedisError?) -> Void)
+        /// How many confirmations are still due, of which kind (`ssubscribe` for SSUBSCRIBE…), and who waits.
+        case confirmations(Int, String, (RedisError?) -> Void)
 
         func fail(_ error: RedisError) {
             switch self {
             case .reply(let reply): reply(.failure(error))
-            case .confirmations(_, let done): done(error)
+            case .confirmations(_, _, let done): done(error)
             }
         }
     }
@@ -342,7 +421,7 @@ public final class RedisConnection: ConnectionHandler {
     /// Sends a SUBSCRIBE-family command with its channels (`["SUBSCRIBE", "a", "b"]`, also SSUBSCRIBE, PSUBSCRIBE and
     /// their UNSUBSCRIBE forms, always with explicit channels). `done` runs once: with nil when every channel is
     /// confirmed, or with the error (Redis refused it, the connection is down or was lost). Messages go to `onPush`.
-    public func subscribe(_ arguments: [String], done: @escaping (RedisError?) -> Void = { _ in }) {
+    public func subscribe(_ arguments: [String], done: @escaping (RedisError?) -> Void) {
         loop.assertInLoop()
         let channels = arguments.count - 1
         guard channels > 0 else {
@@ -358,7 +437,7 @@ public final class RedisConnection: ConnectionHandler {
         switch scratch.withUnsafeBytes({ connection.write(copying: $0) }) {
         case .accepted:
             if pending.isEmpty { lastProgress = monotonicNanos() }
-            pending.append(.confirmations(channels, done))
+            pending.append(.confirmations(channels, (arguments.first ?? "").lowercased(), done))
         case .overCap: done(RedisError(.overloaded, "over \(maxQueuedBytes) bytes queued for Redis"))
         case .closed: done(RedisError(.unavailable, "the Redis connection is closing"))
         }
@@ -432,7 +511,9 @@ public final class RedisConnection: ConnectionHandler {
         pending.append(.reply { [weak self] result in
             guard let self else { return }
             switch result {
-            case .success: if !selecting { self.becameReady() }
+            case .success(let reply):
+                self.serverMode = Self.field("mode", of: reply)
+                if !selecting { self.becameReady() }
             case .failure(let error): self.handshakeFailed("HELLO 3", error)
             }
         })
@@ -445,6 +526,17 @@ public final class RedisConnection: ConnectionHandler {
                 }
             })
         }
+    }
+
+    /// A field of a RESP3 map reply (HELLO's), as text.
+    static func field(_ name: String, of reply: RESPValue) -> String? {
+        guard case .map(let items) = reply else { return nil }
+        var i = 0
+        while i + 1 < items.count {
+            if items[i].string == name { return items[i + 1].string }
+            i += 2
+        }
+        return nil
     }
 
     /// An error reply (or a lost connection) during the handshake.
@@ -511,9 +603,12 @@ public final class RedisConnection: ConnectionHandler {
                 start = after
                 lastProgress = monotonicNanos()
                 if case .push(let items) = value {
-                    if case .confirmations(let left, let done)? = pending.first, Self.isConfirmation(items) {
+                    // Only a confirmation of the kind asked counts: Redis also pushes `sunsubscribe` on its own when a
+                    // shard channel's slot moves away (Redis Cluster), which must not complete a pending SSUBSCRIBE.
+                    if case .confirmations(let left, let kind, let done)? = pending.first, Self.isConfirmation(items),
+                       items.first?.string == kind {
                         if left > 1 {
-                            pending.replaceFirst(.confirmations(left - 1, done))
+                            pending.replaceFirst(.confirmations(left - 1, kind, done))
                         } else {
                             _ = pending.removeFirst()
                             done(nil)
@@ -528,7 +623,7 @@ public final class RedisConnection: ConnectionHandler {
                         } else {
                             reply(.success(value))
                         }
-                    case .confirmations(_, let done):
+                    case .confirmations(_, _, let done):
                         guard let message = value.errorMessage else { return fail("a reply where subscription confirmations were due") }
                         done(RedisError(.server, message))
                     }

@@ -1,5 +1,5 @@
-/// The registry of hub nodes in a cluster, kept in Redis with heartbeats (for `hubctl nodes` and the cluster-wide
-/// views of the coming Redis broker, issue 10; not wired into the hub yet).
+/// The registry of hub nodes in a cluster, kept in Redis with heartbeats (for `hubctl nodes`, the cluster-wide admin
+/// views, and which nodes' presence counts are live).
 ///
 /// Two keys under one hash tag (one Redis Cluster slot): `P:{nodes}:beats`, a sorted set of node ids scored by their
 /// last heartbeat, and `P:{nodes}:info`, a hash of node id → the node's own description (JSON: address, version,
@@ -49,6 +49,12 @@ public struct RedisNodes: Sendable {
         return out
         """
 
+    static let liveScript = """
+        local t = redis.call('TIME')
+        local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+        return {now, redis.call('ZRANGEBYSCORE', KEYS[1], now - tonumber(ARGV[1]), '+inf')}
+        """
+
     static let leaveScript = """
         redis.call('ZREM', KEYS[1], ARGV[1])
         redis.call('HDEL', KEYS[2], ARGV[1])
@@ -58,9 +64,22 @@ public struct RedisNodes: Sendable {
     private static let heartbeat = RedisScript(heartbeatScript)
     private static let list = RedisScript(listScript)
     private static let leave = RedisScript(leaveScript)
+    private static let liveIDs = RedisScript(liveScript)
+
+    /// The ids of the live nodes and Redis's time when they were listed (ms).
+    public func live(on redis: any RedisLink, completion: @escaping (Result<(ids: [String], asOf: Int64), RedisError>) -> Void) {
+        Self.liveIDs.run(on: redis, keys: [beatsKey, infoKey], arguments: [String(staleMillis)]) { result in
+            completion(result.flatMap { value in
+                guard let items = value.elements, items.count == 2, let now = items[0].int, let list = items[1].elements else {
+                    return .failure(RedisError(.protocolError, "unexpected live nodes reply \(value)"))
+                }
+                return .success((list.compactMap(\.string), now))
+            })
+        }
+    }
 
     /// Records that `id` is alive, with its description; replies Redis's time in ms.
-    public func heartbeat(id: String, info: String, on redis: RedisConnection, completion: @escaping (Result<Int64, RedisError>) -> Void) {
+    public func heartbeat(id: String, info: String, on redis: any RedisLink, completion: @escaping (Result<Int64, RedisError>) -> Void) {
         Self.heartbeat.run(on: redis, keys: [beatsKey, infoKey], arguments: [id, info, String(staleMillis)]) { result in
             completion(result.flatMap { value in
                 guard let now = value.int else { return .failure(RedisError(.protocolError, "unexpected heartbeat reply \(value)")) }
@@ -70,7 +89,7 @@ public struct RedisNodes: Sendable {
     }
 
     /// The live nodes, sorted by id.
-    public func nodes(on redis: RedisConnection, completion: @escaping (Result<[Node], RedisError>) -> Void) {
+    public func nodes(on redis: any RedisLink, completion: @escaping (Result<[Node], RedisError>) -> Void) {
         Self.list.run(on: redis, keys: [beatsKey, infoKey], arguments: [String(staleMillis)]) { result in
             completion(result.flatMap { value in
                 guard let rows = value.elements else { return .failure(RedisError(.protocolError, "unexpected nodes reply")) }
@@ -86,7 +105,7 @@ public struct RedisNodes: Sendable {
     }
 
     /// Removes `id` at once (a graceful stop).
-    public func leave(id: String, on redis: RedisConnection, completion: @escaping (Result<Void, RedisError>) -> Void) {
+    public func leave(id: String, on redis: any RedisLink, completion: @escaping (Result<Void, RedisError>) -> Void) {
         Self.leave.run(on: redis, keys: [beatsKey, infoKey], arguments: [id]) { result in
             completion(result.map { _ in () })
         }

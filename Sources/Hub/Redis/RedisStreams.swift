@@ -140,22 +140,38 @@ public struct RedisStreams: Sendable {
             local t = redis.call('TIME')
             cutoff = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - tonumber(ARGV[10])
           end
+          local listed = nil
+          if ARGV[11] ~= '' then
+            listed = {}
+            for id in string.gmatch(ARGV[11], '[^,]+') do listed[id] = true end
+          end
           for i = 1, #present, 2 do
-            local live = true
-            if cutoff then
+            local count, at = string.match(present[i + 1], '^(%d+):?(%d*)$')
+            local live = count ~= nil
+            if live and listed and not listed[present[i]] then
+              live = at ~= '' and tonumber(at) > tonumber(ARGV[12])
+              if not live then redis.call('HDEL', KEYS[3], present[i]) end
+            end
+            if live and cutoff then
               local beat = redis.call('ZSCORE', ARGV[9], present[i])
               if not beat or tonumber(beat) < cutoff then
                 live = false
                 redis.call('HDEL', KEYS[3], present[i])
               end
             end
-            if live then delivered = delivered + tonumber(present[i + 1]) end
+            if live then delivered = delivered + tonumber(count) end
           end
         end
         if KEYS[4] then
           redis.call('SET', KEYS[4], seq .. ' ' .. epoch .. ' ' .. delivered, 'PX', ARGV[8])
         end
         return {seq, epoch, 0, delivered}
+        """
+
+    static let presenceScript = """
+        if ARGV[2] == '0' then return redis.call('HDEL', KEYS[1], ARGV[1]) end
+        local t = redis.call('TIME')
+        return redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ':' .. (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)))
         """
 
     static let readScript = """
@@ -199,9 +215,13 @@ public struct RedisStreams: Sendable {
     /// With `idempotencyKey`, a repeat of the key in this stream within `windowMillis` is answered with the first
     /// publish's seq and epoch (the key lives in Redis, so a retry through another node is recognised too).
     /// `liveness`: the node registry whose heartbeats decide which nodes' presence counts are live (nil: all are;
-    /// with Redis Cluster the registry lives in another slot, so it cannot be consulted).
+    /// with Redis Cluster the registry lives in another slot, so the script cannot consult it). `liveNodes`: instead,
+    /// the ids of the live nodes as the registry listed them at Redis time `asOf` (ms; the caller's copy, refreshed at
+    /// each heartbeat): a presence field of a node not listed counts only if it was written after `asOf` (a node that
+    /// joined since; fields written with `setPresence(stamped: true)` carry their time), and is removed otherwise.
     public func publish(_ event: String, to stream: Stream, candidateEpoch: String, idempotencyKey key: String? = nil,
-                        windowMillis: Int = 300_000, liveness: RedisNodes? = nil, on redis: RedisConnection,
+                        windowMillis: Int = 300_000, liveness: RedisNodes? = nil, liveNodes: (ids: [String], asOf: Int64)? = nil,
+                        on redis: any RedisLink,
                         completion: @escaping (Result<Numbered, RedisError>) -> Void) {
         let s = locate(stream)
         var keys = [metaKey(s), historyKey(s), presenceKey(s)]
@@ -209,7 +229,8 @@ public struct RedisStreams: Sendable {
         let channel = layout == .streams ? streamChannel(s) : fanoutChannel(shard: s.shard)
         let arguments = [candidateEpoch, String(historySize), String(ttlMillis), channel, event,
                          sharded ? "SPUBLISH" : "PUBLISH", s.id, String(max(1, windowMillis)),
-                         liveness?.beatsKey ?? "", String(liveness?.staleMillis ?? 0)]
+                         liveness?.beatsKey ?? "", String(liveness?.staleMillis ?? 0),
+                         (liveNodes?.ids ?? []).joined(separator: ","), String(liveNodes?.asOf ?? 0)]
         RedisScript.publish.run(on: redis, keys: keys, arguments: arguments) { result in
             completion(result.flatMap { value in
                 guard let items = value.elements, items.count == 4, let seq = items[0].int, seq > 0, let epoch = items[1].string,
@@ -227,11 +248,14 @@ public struct RedisStreams: Sendable {
     public func presenceKey(_ stream: Stream) -> String { presenceKey(locate(stream)) }
     private func presenceKey(_ s: Located) -> String { s.base + "p:" + s.id }
 
-    /// Sets this node's count of connections following `stream` (0 removes the node's field).
-    public func setPresence(_ stream: Stream, node: String, count: Int, on redis: RedisConnection,
+    /// Sets this node's count of connections following `stream` (0 removes the node's field). `stamped`: the field
+    /// is `COUNT:MS`, with Redis's time of the write (see `publish`'s `liveNodes`); otherwise `COUNT`.
+    public func setPresence(_ stream: Stream, node: String, count: Int, stamped: Bool = false, on redis: any RedisLink,
                             completion: @escaping (Result<RESPValue, RedisError>) -> Void = { _ in }) {
         let key = presenceKey(stream)
-        if count > 0 {
+        if stamped {
+            RedisScript.presence.run(on: redis, keys: [key], arguments: [node, String(max(0, count))], completion: completion)
+        } else if count > 0 {
             redis.send(["HSET", key, node, String(count)], reply: completion)
         } else {
             redis.send(["HDEL", key, node], reply: completion)
@@ -260,7 +284,7 @@ public struct RedisStreams: Sendable {
     /// Reads the stream's position and up to `limit` entries after `after` (limit 0: the position only). With
     /// `createEpoch`, a stream Redis does not have is created at seq 0 with that epoch (a subscription starts
     /// following it, so its numbering is fixed from now on).
-    public func read(_ stream: Stream, after: UInt64, limit: Int, createEpoch: String? = nil, on redis: RedisConnection,
+    public func read(_ stream: Stream, after: UInt64, limit: Int, createEpoch: String? = nil, on redis: any RedisLink,
                      completion: @escaping (Result<Read, RedisError>) -> Void) {
         let s = locate(stream)
         let arguments = [String(after), String(max(0, limit)), createEpoch ?? "", String(ttlMillis)]
@@ -334,8 +358,9 @@ struct RedisScript: Sendable {
 
     static let publish = RedisScript(RedisStreams.publishScript)
     static let read = RedisScript(RedisStreams.readScript)
+    static let presence = RedisScript(RedisStreams.presenceScript)
 
-    func run(on redis: RedisConnection, keys: [String], arguments: [String], completion: @escaping (Result<RESPValue, RedisError>) -> Void) {
+    func run(on redis: any RedisLink, keys: [String], arguments: [String], completion: @escaping (Result<RESPValue, RedisError>) -> Void) {
         let tail = [String(keys.count)] + keys + arguments
         redis.send(["EVALSHA", sha1] + tail) { result in
             if case .failure(let error) = result, error.kind == .server, error.message.hasPrefix("NOSCRIPT") {

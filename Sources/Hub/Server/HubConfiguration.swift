@@ -133,7 +133,7 @@ public struct HubConfiguration: Sendable, Equatable {
               defaultText: { "\($0.recoveryMax)" }, apply: { c, v throws(ConfigurationError) in c.recoveryMax = try parseInt(v, "recovery-max", 0...1_000_000) }),
         .init(name: "idempotency-window", kind: .value(placeholder: "DURATION"), help: "how long a publish's idempotencyKey is remembered (0: off)",
               defaultText: { "\($0.idempotencyWindowSeconds / 60)m" }, apply: { c, v throws(ConfigurationError) in c.idempotencyWindowSeconds = try parseDuration(v, "idempotency-window", allowZero: true) }),
-        .init(name: "broker", kind: .value(placeholder: "URL"), help: "cluster mode: share numbering, history and fan-out with other hubs through Redis (redis://[:PASSWORD@]HOST:PORT[/DB] or unix:///PATH; \"local\": the embedded broker)",
+        .init(name: "broker", kind: .value(placeholder: "URL"), help: "cluster mode: share numbering, history and fan-out with other hubs through Redis (redis://[:PASSWORD@]HOST:PORT[/DB], unix:///PATH, or a Redis Cluster: redis-cluster://[:PASSWORD@]HOST:PORT[,HOST:PORT...]; \"local\": the embedded broker)",
               defaultText: { _ in "local (one process, no Redis)" }, apply: { c, v throws(ConfigurationError) in c.broker = try parseBroker(v) }),
         .init(name: "broker-fanout", kind: .value(placeholder: "LAYOUT"), help: "cluster mode: \"streams\" (a Redis channel per stream: a node receives only the streams it serves) or \"shards\" (16 channels: every node receives every event)",
               defaultText: { $0.brokerFanout.rawValue }, apply: { c, v throws(ConfigurationError) in
@@ -251,7 +251,7 @@ public struct HubConfiguration: Sendable, Equatable {
         do {
             return try RedisEndpoint(parsing: value)
         } catch {
-            throw ConfigurationError(message: "broker: \(error.message) (expected redis://HOST:PORT[/DB], unix:///PATH or local)")
+            throw ConfigurationError(message: "broker: \(error.message) (expected redis://HOST:PORT[/DB], redis-cluster://HOST:PORT[,HOST:PORT...], unix:///PATH or local)")
         }
     }
 
