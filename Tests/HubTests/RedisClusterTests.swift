@@ -7,9 +7,11 @@ import WSProtocol
 import Glibc
 #endif
 
-/// A real Redis Cluster of `masters` redis-servers (no replicas) on loopback TCP ports, each also on a Unix socket for
-/// the test's own commands. Slots are split evenly (CLUSTER ADDSLOTSRANGE), the nodes meet, and the cluster is ready
-/// when every node says `cluster_state:ok`. Killed by pid, directory removed.
+/// A real Redis Cluster of `masters` redis-servers (and optionally one replica each, nodes `masters..<2*masters`) on
+/// loopback TCP ports, each also on a Unix socket for the test's own commands. Slots are split evenly over the
+/// masters (CLUSTER ADDSLOTSRANGE), the nodes meet, replicas follow their master (CLUSTER REPLICATE), and the
+/// cluster is ready when every node says `cluster_state:ok` and every replica is in sync. Killed by pid, directory
+/// removed.
 final class RedisClusterPeer: @unchecked Sendable {
     struct Node {
         let port: Int
@@ -20,13 +22,15 @@ final class RedisClusterPeer: @unchecked Sendable {
     }
 
     let directory: String
+    let masters: Int
     private(set) var nodes: [Node] = []
     private var processes: [InteropProcess?] = []
 
-    init(masters: Int = 3) throws {
+    init(masters: Int = 3, replicas: Bool = false) throws {
         guard RedisPeer.executable != nil else { throw HubTestError("no redis-server") }
         directory = try makeRedisDirectory()
-        for i in 0..<masters {
+        self.masters = masters
+        for i in 0..<(replicas ? 2 * masters : masters) {
             let dir = directory + "/n\(i)"
             try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
             nodes.append(Node(port: try ListenOwnershipTests.freePort(), busPort: try ListenOwnershipTests.freePort(), directory: dir))
@@ -34,7 +38,7 @@ final class RedisClusterPeer: @unchecked Sendable {
             try start(i)
         }
         let perNode = RedisSlot.count / masters
-        for (i, node) in nodes.enumerated() {
+        for (i, node) in nodes.prefix(masters).enumerated() {
             let first = i * perNode
             let last = i == masters - 1 ? RedisSlot.count - 1 : first + perNode - 1
             let c = try RESPTestConnection(node.socketPath)
@@ -44,7 +48,17 @@ final class RedisClusterPeer: @unchecked Sendable {
         for node in nodes.dropFirst() {
             _ = try first.call(["CLUSTER", "MEET", "127.0.0.1", String(node.port), String(node.busPort)])
         }
-        guard eventually(timeout: 20, { (try? self.allOK()) == true }) else {
+        if replicas {
+            let ids = try (0..<masters).map { try myID($0) }
+            for r in masters..<(2 * masters) {
+                let c = try connect(r)
+                // The replica must know its master (gossip) before it can follow it.
+                guard eventually(timeout: 10, { (try? c.call(["CLUSTER", "REPLICATE", ids[r - masters]])) == .simple("OK") }) else {
+                    throw HubTestError("node \(r) could not become a replica of \(ids[r - masters])")
+                }
+            }
+        }
+        guard eventually(timeout: 30, { (try? self.allOK()) == true }) else {
             throw HubTestError("the Redis Cluster did not reach cluster_state:ok: \((try? self.info(0)) ?? "")")
         }
     }
@@ -82,11 +96,14 @@ final class RedisClusterPeer: @unchecked Sendable {
     func info(_ i: Int) throws -> String { try connect(i).call(["CLUSTER", "INFO"]).string ?? "" }
 
     func allOK() throws -> Bool {
-        for i in nodes.indices {
+        for i in nodes.indices where processes[i] != nil {
             let c = try connect(i)
             guard (try c.call(["CLUSTER", "INFO"]).string ?? "").contains("cluster_state:ok") else { return false }
-            // Every node must also know every other node's slots.
-            guard (try c.call(["CLUSTER", "SLOTS"]).elements?.count ?? 0) == nodes.count else { return false }
+            // Every node must also know every master's slots (and, with replicas, each master's replica).
+            let rows = try c.call(["CLUSTER", "SLOTS"]).elements ?? []
+            guard rows.count == masters else { return false }
+            if nodes.count > masters, rows.contains(where: { ($0.elements?.count ?? 0) < 4 }) { return false }
+            if i >= masters, !(try c.call(["INFO", "replication"]).string ?? "").contains("master_link_status:up") { return false }
         }
         return true
     }
@@ -379,6 +396,26 @@ struct RedisClusterTests {
         for result in try client.call(keys.map { ["SET", $0, "2"] }) { #expect((try? result.get()) == .simple("OK"), "\(result)") }
     }
 
+    @Test func aFailoverToAReplicaIsFollowed() throws {
+        let cluster = try RedisClusterPeer(masters: 3, replicas: true)
+        let client = try ClusterClientOnLoop(cluster.url(seeds: [1]))
+        try client.waitReady()
+        #expect(try client.masters() == cluster.nodes.prefix(3).map(\.address).sorted(), "replicas are not masters")
+        let keys = (0..<60).map { "f\($0)" }
+        for result in try client.call(keys.map { ["SET", $0, "v"] }) { #expect((try? result.get()) == .simple("OK")) }
+        #expect(eventually(timeout: 10) {
+            (0..<3).allSatisfy { m in (try? cluster.connect(m).call(["DBSIZE"]).int) == (try? cluster.connect(m + 3).call(["DBSIZE"]).int) }
+        }, "replicas in sync")
+        cluster.kill(0)
+        // Redis promotes node 3 once node 0 has been silent for cluster-node-timeout (2 s); the client reads the new
+        // map (CLUSTER SLOTS from a master that is up) after losing node 0, and again until node 3 serves its slots.
+        let promoted = [cluster.nodes[1], cluster.nodes[2], cluster.nodes[3]].map(\.address).sorted()
+        #expect(eventually(timeout: 30) { (try? client.masters()) == promoted && (try? client.state()) == .ready }, "\(client.log)")
+        for (key, result) in zip(keys, try client.call(keys.map { ["GET", $0] })) {
+            #expect((try? result.get())?.string == "v", "\(key) after the failover: \(result)")
+        }
+    }
+
     @Test func shardChannelsAreSubscribedOnTheirMastersAndAMovedSlotTakesTheSubscriberDownAndUp() throws {
         let cluster = try RedisClusterPeer(masters: 3)
         let sub = try ClusterClientOnLoop(cluster.url(), subscriber: true)
@@ -546,6 +583,40 @@ struct HubsOnRedisClusterTests {
         try redis.start(victim)
         #expect(eventually(timeout: 20) { ClusterTests.healthy(hub) && (try? redis.allOK()) == true }, "\(hub.log)")
         #expect(eventually(timeout: 10) { (try? hub.publish(channel: "wallet_updates", account: "acc_0"))?["ok"] as? Bool == true })
+    }
+
+    @Test func anAppSeesNoGapAcrossAFailoverToAReplica() throws {
+        let redis = try RedisClusterPeer(masters: 3, replicas: true)
+        let c = try Self.hubs(1, on: redis, seeds: [2])
+        let hub = c.nodes[0]
+        let streams = RedisStreams(prefix: "hub", shards: RedisBroker.clusterShards, layout: .streams)
+        // An account whose stream lives on node 0, the master about to fail.
+        let candidates = (0..<64).map { "acc_\($0)" }
+        let owners = try candidates.map { try redis.owner(of: RedisSlot.of(streams.metaKey(.init(channel: "wallet_updates", account: $0)))) }
+        guard let index = owners.firstIndex(of: 0) else {
+            Issue.record("no account on node 0")
+            return
+        }
+        let account = candidates[index]
+        let ws = try c.client(0, account)
+        for n in 1...3 { #expect(try hub.publish(channel: "wallet_updates", account: account, data: #"{"n":\#(n)}"#)["seq"] as? Int == n) }
+        #expect(try ClusterTests.events(ws, count: 3).compactMap { $0["seq"] as? Int } == [1, 2, 3])
+        #expect(eventually(timeout: 10) {
+            (try? redis.connect(0).call(["DBSIZE"]).int) == (try? redis.connect(3).call(["DBSIZE"]).int)
+        }, "replica in sync")
+        redis.kill(0)
+        #expect(eventually(timeout: 8) { !ClusterTests.healthy(hub) }, "\(hub.log)")
+        // After the failover the node is healthy again, the stream's numbering went on (the replica had it), and the
+        // app, still connected, gets the next event with the next seq: no epoch change, no gap.
+        #expect(eventually(timeout: 30) { ClusterTests.healthy(hub) }, "\(hub.log)")
+        var reply: [String: Any] = [:]
+        #expect(eventually(timeout: 10) {
+            reply = (try? hub.publish(channel: "wallet_updates", account: account, data: #"{"n":4}"#)) ?? [:]
+            return reply["ok"] as? Bool == true
+        }, "\(reply)")
+        #expect(reply["seq"] as? Int == 4 && reply["delivered"] as? Int == 1, "\(reply)")
+        #expect(try ClusterTests.events(ws, count: 1).compactMap { $0["seq"] as? Int } == [4])
+        #expect(try ws.isQuiet(for: 0.2))
     }
 
     @Test func aSingleRedisURLPointedAtAClusterNodeSaysWhatToUse() throws {
