@@ -4,30 +4,37 @@ public enum RedisSlot {
     public static let count = 16_384
 
     public static func of(_ key: String) -> Int {
-        var utf8 = Array(key.utf8)
-        if let open = utf8.firstIndex(of: UInt8(ascii: "{")),
-           let close = utf8[(open + 1)...].firstIndex(of: UInt8(ascii: "}")), close > open + 1 {
-            utf8 = Array(utf8[(open + 1)..<close])
+        var key = key
+        return key.withUTF8 { bytes in
+            var tagged = bytes[...]
+            if let open = bytes.firstIndex(of: UInt8(ascii: "{")),
+               let close = bytes[(open + 1)...].firstIndex(of: UInt8(ascii: "}")), close > open + 1 {
+                tagged = bytes[(open + 1)..<close]
+            }
+            return Int(crc16(tagged) & 0x3FFF)
         }
-        return Int(crc16(utf8) & 0x3FFF)
     }
 
-    static func crc16(_ bytes: [UInt8]) -> UInt16 {
+    static func crc16<Bytes: Sequence<UInt8>>(_ bytes: Bytes) -> UInt16 {
         var crc: UInt16 = 0
         for b in bytes {
-            crc ^= UInt16(b) << 8
-            for _ in 0..<8 {
-                crc = crc & 0x8000 != 0 ? (crc << 1) ^ 0x1021 : crc << 1
-            }
+            crc = (crc << 8) ^ table[Int(UInt8(truncatingIfNeeded: crc >> 8) ^ b)]
         }
+        return crc
+    }
+
+    /// CRC16/XMODEM of each byte value (polynomial 0x1021), for a table-driven CRC.
+    private static let table: [UInt16] = (0..<256).map { (n: Int) -> UInt16 in
+        var crc = UInt16(n) << 8
+        for _ in 0..<8 { crc = crc & 0x8000 != 0 ? (crc << 1) ^ 0x1021 : crc << 1 }
         return crc
     }
 
     /// The slot a command's routing key falls in, for the commands the hub sends; nil for a command with no key
     /// (PING, PUBLISH: any node serves it).
     static func of(command arguments: [String]) -> Int? {
-        guard let name = arguments.first?.uppercased() else { return nil }
-        switch name {
+        guard let name = arguments.first else { return nil }
+        switch name {  // the hub's own commands, always spelled in capitals
         case "EVAL", "EVALSHA":
             // EVALSHA sha numkeys key...: the first key decides (the hub's scripts keep all keys in one slot).
             guard arguments.count > 3, let n = Int(arguments[2]), n > 0 else { return nil }
