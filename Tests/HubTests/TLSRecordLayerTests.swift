@@ -59,6 +59,33 @@ import Testing
         }
     }
 
+    /// A peer that keeps asking for KeyUpdates and never reads our answers is cut off when they would pass
+    /// `maxPendingOut` unsent (found by the TLSRecords fuzzer, whose scenario then modelled such a peer): each answer
+    /// record is 27 bytes and the cap 2 × 16 645, so 1 232 fit and the 1 233rd request fails the read.
+    @Test func aPeerThatAsksForKeyUpdatesWithoutReadingIsCutOff() throws {
+        let pair = try Pair(.aes128GCM)
+        var stream: [UInt8] = []
+        for _ in 0..<1_300 {
+            stream += pair.clientRecord([24, 0, 0, 1, 1], type: 22)
+            #expect(pair.client.keyUpdateSent())
+        }
+        var outcome: Result<[UInt8]?, SyscallError> = .success([])
+        var offset = 0
+        while offset < stream.count, case .success = outcome {
+            let piece = Array(stream[offset..<min(stream.count, offset + 4096)])
+            offset += piece.count
+            outcome = pair.serverReads(piece)  // the server reads and never sends: its answers pile up
+        }
+        guard case .failure(let error) = outcome else {
+            Issue.record("1 300 unanswered KeyUpdate requests were accepted: \(outcome)")
+            return
+        }
+        #expect(error.code == EPROTO)
+        #expect(pair.server.keyUpdatesReceived == 1_233)
+        #expect(pair.server.pendingOutBytes == 1_232 * 27)
+        #expect(pair.server.pendingOutBytes <= TLSRecordLayer.maxPendingOut)
+    }
+
     @Test(arguments: [TLSRecordLayer.Suite.aes128GCM, .aes256GCM, .chacha20Poly1305])
     func paddedRecordsOpenToTheirContent(_ suite: TLSRecordLayer.Suite) throws {
         let pair = try Pair(suite)
