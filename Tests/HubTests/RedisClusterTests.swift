@@ -148,84 +148,25 @@ final class RedisClusterPeer: @unchecked Sendable {
     }
 }
 
-/// A `RedisClusterClient` on its own event loop, driven from the test thread (as `RedisOnLoop` drives a connection).
-final class ClusterClientOnLoop: @unchecked Sendable {
-    let loop: EventLoop
-    private final class Box: @unchecked Sendable { var client: RedisClusterClient? = nil }
-    private let box = Box()
-    private let events = Mutex<[String]>([])
-    private let pushes = Mutex<[RESPValue]>([])
-
-    init(_ url: String, subscriber: Bool = false) throws {
-        let endpoint = try RedisEndpoint(parsing: url)
-        let loop = try EventLoop(configuration: testLoopConfiguration(tickMillis: 10))
-        self.loop = loop
-        let box = box
-        try loop.submitAndWait { [weak self] in
-            let c = RedisClusterClient(endpoint: endpoint, loop: loop, subscriber: subscriber,
-                                       backoff: RedisBackoff(initial: .milliseconds(20), maximum: .milliseconds(300)))
-            c.onReady = { [weak self] in self?.events.withLock { $0.append("ready") } }
-            c.onDown = { [weak self] error in self?.events.withLock { $0.append("down: \(error.message)") } }
-            c.onPush = { [weak self] value in self?.pushes.withLock { $0.append(value) } }
-            box.client = c
-            c.start()
-            _ = self
-        }
-    }
-
-    deinit {
-        let box = box
-        _ = try? loop.submitAndWait { box.client?.close(); box.client = nil }
-        loop.stop()
-        loop.join()
-    }
-
-    var log: [String] { events.withLock { $0 } }
-    var pushed: [RESPValue] { pushes.withLock { $0 } }
-
-    func state() throws -> RedisConnection.State {
-        let box = box
-        return try loop.submitAndWait { box.client?.state ?? .closed }
-    }
-
-    func masters() throws -> [String] {
-        let box = box
-        return try loop.submitAndWait { box.client?.masterAddresses ?? [] }
+extension RedisOnLoop {
+    /// A `RedisClusterClient` on `url` (`redis-cluster://…`), on its own loop.
+    convenience init(cluster url: String, subscriber: Bool = false) throws {
+        try self.init(RedisEndpoint(parsing: url), backoff: RedisBackoff(initial: .milliseconds(20), maximum: .milliseconds(300)),
+                      cluster: true, subscriber: subscriber)
     }
 
     func waitReady(_ timeout: Double = 10) throws {
-        guard eventually(timeout: timeout, { (try? self.state()) == .ready }) else { throw HubTestError("not ready: \(log)") }
+        guard waitFor(timeout, { (try? state()) == .ready }) else { throw HubTestError("not ready: \(log)") }
     }
 
-    /// Sends the commands back to back and waits for every reply.
-    func call(_ commands: [[String]], timeout: Double = 10) throws -> [Result<RESPValue, RedisError>] {
-        let replies = Mutex<[Int: Result<RESPValue, RedisError>]>([:])
-        let done = DispatchSemaphore(value: 0)
-        let count = commands.count
-        let box = box
-        loop.execute {
-            for (i, command) in commands.enumerated() {
-                box.client?.send(command) { result in
-                    if replies.withLock({ $0[i] = result; return $0.count == count }) { done.signal() }
-                }
-            }
-        }
-        guard done.wait(timeout: .now() + timeout) == .success else { throw HubTestError("replies missing; log \(log)") }
-        return replies.withLock { r in (0..<count).map { r[$0]! } }
+    /// The cluster client's masters, as "host:port".
+    func masters() throws -> [String] {
+        try onLoop { redis, done in done((redis as? RedisClusterClient)?.masterAddresses ?? []) }
     }
 
-    func subscribe(_ arguments: [String], timeout: Double = 10) throws -> RedisError? {
-        let result = Mutex<RedisError??>(nil)
-        let done = DispatchSemaphore(value: 0)
-        let box = box
-        loop.execute {
-            box.client?.subscribe(arguments) { error in
-                result.withLock { $0 = .some(error) }
-                done.signal()
-            }
-        }
-        guard done.wait(timeout: .now() + timeout) == .success else { throw HubTestError("no subscribe answer; log \(log)") }
-        return result.withLock { $0 } ?? nil
+    /// A SUBSCRIBE-family command; nil when every channel is confirmed.
+    func subscribe(_ arguments: [String]) throws -> RedisError? {
+        try onLoop { redis, done in redis.subscribe(arguments) { done($0) } }
     }
 }
 
@@ -328,7 +269,7 @@ struct RedisClusterTests {
         let cluster = try RedisClusterPeer(masters: 3)
         // One seed is enough: the others are learnt from CLUSTER SLOTS. An unreachable first seed is skipped.
         let dead = try ListenOwnershipTests.freePort()
-        let client = try ClusterClientOnLoop("redis-cluster://127.0.0.1:\(dead),\(cluster.nodes[1].address)")
+        let client = try RedisOnLoop(cluster: "redis-cluster://127.0.0.1:\(dead),\(cluster.nodes[1].address)")
         try client.waitReady()
         #expect(try client.masters() == cluster.nodes.map(\.address).sorted())
         let keys = (0..<300).map { "key:\($0)" }
@@ -366,7 +307,7 @@ struct RedisClusterTests {
 
     @Test func aLostMasterFailsOnlyItsSlotsAndComesBack() throws {
         let cluster = try RedisClusterPeer(masters: 3)
-        let client = try ClusterClientOnLoop(cluster.url(seeds: [0]))
+        let client = try RedisOnLoop(cluster: cluster.url(seeds: [0]))
         try client.waitReady()
         let keys = (0..<60).map { "k\($0)" }
         _ = try client.call(keys.map { ["SET", $0, "1"] })
@@ -398,7 +339,7 @@ struct RedisClusterTests {
 
     @Test func aFailoverToAReplicaIsFollowed() throws {
         let cluster = try RedisClusterPeer(masters: 3, replicas: true)
-        let client = try ClusterClientOnLoop(cluster.url(seeds: [1]))
+        let client = try RedisOnLoop(cluster: cluster.url(seeds: [1]))
         try client.waitReady()
         #expect(try client.masters() == cluster.nodes.prefix(3).map(\.address).sorted(), "replicas are not masters")
         let keys = (0..<60).map { "f\($0)" }
@@ -418,8 +359,8 @@ struct RedisClusterTests {
 
     @Test func shardChannelsAreSubscribedOnTheirMastersAndAMovedSlotTakesTheSubscriberDownAndUp() throws {
         let cluster = try RedisClusterPeer(masters: 3)
-        let sub = try ClusterClientOnLoop(cluster.url(), subscriber: true)
-        let pub = try ClusterClientOnLoop(cluster.url())
+        let sub = try RedisOnLoop(cluster: cluster.url(), subscriber: true)
+        let pub = try RedisOnLoop(cluster: cluster.url())
         try sub.waitReady()
         try pub.waitReady()
         let channels = (0..<16).map { "hub:{\($0)}:fan" }

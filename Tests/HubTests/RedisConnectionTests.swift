@@ -64,24 +64,28 @@ struct RedisEndpointTests {
     }
 }
 
-/// A `RedisConnection` on its own event loop (10 ms timer ticks), driven from the test thread. The connection is
+/// A `RedisConnection` (or, with `cluster:`, a `RedisClusterClient`) on its own event loop (10 ms timer ticks), driven
+/// from the test thread. The connection is
 /// only touched on the loop thread; what it reports is collected under a lock. Closures that run on the loop hold
 /// the connection's box and only a weak reference to this object, so its last release (which stops and joins the
 /// loop) always happens on the test's thread.
 final class RedisOnLoop: @unchecked Sendable {
     let loop: EventLoop
-    private final class Box: @unchecked Sendable { var redis: RedisConnection? = nil }  // loop thread only
+    private final class Box: @unchecked Sendable { var redis: (any RedisLink)? = nil }  // loop thread only
     private let box = Box()
     private let events = Mutex<[String]>([])
     private let pushes = Mutex<[RESPValue]>([])
 
+    /// `cluster`: a `RedisClusterClient` (a subscriber link if `subscriber`) on `endpoint`'s seeds.
     init(_ endpoint: RedisEndpoint, backoff: RedisBackoff = RedisBackoff(initial: .milliseconds(20), maximum: .milliseconds(200)),
-         onReady: [String]? = nil) throws {
+         onReady: [String]? = nil, cluster: Bool = false, subscriber: Bool = false) throws {
         let loop = try EventLoop(configuration: testLoopConfiguration(tickMillis: 10))
         self.loop = loop
         let box = box
         try loop.submitAndWait { [weak self] in
-            let r = RedisConnection(endpoint: endpoint, loop: loop, backoff: backoff)
+            let r: any RedisLink = cluster
+                ? RedisClusterClient(endpoint: endpoint, loop: loop, subscriber: subscriber, backoff: backoff)
+                : RedisConnection(endpoint: endpoint, loop: loop, backoff: backoff)
             // Weak: the connection's callbacks must not keep this object (and so the loop) alive.
             r.onReady = { [weak self, weak r] in
                 self?.events.withLock { $0.append("ready") }
@@ -122,7 +126,7 @@ final class RedisOnLoop: @unchecked Sendable {
 
     func inFlight() throws -> Int {
         let box = box
-        return try loop.submitAndWait { box.redis?.inFlight ?? -1 }
+        return try loop.submitAndWait { (box.redis as? RedisConnection)?.inFlight ?? -1 }
     }
 
     /// Sends the commands back to back (pipelined, in one loop turn) and waits up to `timeout` for every reply.
@@ -164,7 +168,7 @@ final class RedisOnLoop: @unchecked Sendable {
 
     /// Runs `body` on the loop with the connection; it calls its second argument once with a result, which this
     /// returns (after at most `timeout` seconds).
-    func onLoop<T: Sendable>(timeout: Double = 10, _ body: @escaping @Sendable (RedisConnection, @escaping (T) -> Void) -> Void) throws -> T {
+    func onLoop<T: Sendable>(timeout: Double = 10, _ body: @escaping @Sendable (any RedisLink, @escaping (T) -> Void) -> Void) throws -> T {
         let result = Mutex<T?>(nil)
         let done = DispatchSemaphore(value: 0)
         let box = box
