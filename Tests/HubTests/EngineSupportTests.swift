@@ -191,7 +191,9 @@ struct EngineSupportTests {
     list.append(chunk(4))
     #expect(contents(list) == [3, 4])
     list.removeAll(keepingCapacity: true)
-    #expect(list.count == 0 && list.spillCapacity >= 3)
+    // The array made for [3, 4] is kept: room for 2 at least (more only if malloc rounded the block up, which
+    // glibc does and AddressSanitizer's allocator does not).
+    #expect(list.count == 0 && list.spillCapacity >= 2)
     list.append(chunk(5))
     #expect(contents(list) == [5])
     list.append(chunk(6))
