@@ -382,7 +382,10 @@ final class ClientConnection: ConnectionHandler {
             fail(.unsupportedData, reason: "binary messages are not supported; send JSON text")
         case .ping(let payload):
             guard phase == .webSocket else { return }
-            _ = connection.write(LoopContext.frame(opcode: .pong, payload))
+            // Every ping gets its pong (RFC 6455 5.5.2). One that does not fit the queue means the peer is not reading
+            // what it is sent: closed as a slow consumer (4008), like any other frame that does not fit, never left
+            // unanswered on an open connection (found by the Client fuzz target: seed_regress_ping_at_queue_cap).
+            if connection.write(LoopContext.frame(opcode: .pong, payload)) == .overCap { slowConsumer() }
         case .pong:
             break
         case .close(let code, _):
