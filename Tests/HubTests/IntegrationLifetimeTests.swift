@@ -260,6 +260,35 @@ import WSProtocol
         #expect(try hub.publish(channel: "wallet_updates", account: "acc_1")["ok"] as? Bool == true)
     }
 
+    /// The "out of file descriptors" line is logged once per burst for the whole hub. A client let in mid-burst (a
+    /// descriptor another loop freed for an instant) does not end the burst; accepts a second after the last refusal
+    /// do. (CI once logged a burst twice this way: `descriptorExhaustionAnswers503AndRecovers` saw 2 lines.)
+    @Test func descriptorExhaustionIsLoggedOncePerBurst() throws {
+        let lines = Mutex<[String]>([])
+        let loop = try EventLoop(configuration: testLoopConfiguration())
+        defer { loop.stop(); loop.join() }
+        let context = LoopContext(loop: loop, channelCount: 1)
+        let hub = HubCore(configuration: HubConfiguration(), verifier: try JWTVerifier(key: .hmacSecret(Array(repeating: 7, count: 32))),
+                          authDescription: "test", contexts: [context], maxConnections: 100, descriptorLimit: 128,
+                          listenAddress: { "test" }, log: { line in lines.withLock { $0.append(line) } })
+        func logged() -> Int { lines.withLock { $0.count } }
+        hub.descriptorsExhausted("out of file descriptors")
+        hub.descriptorsStillExhausted()
+        hub.clientAccepted()  // one client slips in between two refusals
+        hub.descriptorsExhausted("out of file descriptors")  // another loop's listener reports its burst
+        #expect(logged() == 1)
+        usleep(600_000)
+        hub.descriptorsStillExhausted()  // refusals go on
+        usleep(600_000)
+        hub.clientAccepted()  // 1.2 s after the burst began, 0.6 s after the last refusal: the same burst
+        hub.descriptorsExhausted("out of file descriptors")
+        #expect(logged() == 1)
+        usleep(1_100_000)
+        hub.clientAccepted()  // no refusal for over a second: the burst is over
+        hub.descriptorsExhausted("out of file descriptors")
+        #expect(logged() == 2)
+    }
+
     @Test func handshakeTimeoutAnswers408AndCloses() throws {
         let hub = try HubProcess(["--handshake-timeout", "1s"])
         let fd = try TestWebSocket.tcpConnect(port: hub.port)

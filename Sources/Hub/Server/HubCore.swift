@@ -29,6 +29,8 @@ final class HubCore: Sendable {
     private let shuttingDown = Atomic<Bool>(false)
     private let capacityWarned = Atomic<Bool>(false)
     private let descriptorsWarned = Atomic<Bool>(false)
+    /// When a listener last reported running out of descriptors (monotonic ns).
+    private let lastDescriptorExhaustion = Atomic<UInt64>(0)
     /// Open upgraded `/ws` connections per account, against `--max-connections-per-account`. Touched once per
     /// connection set-up and once per close, never per message.
     private let perAccount = Mutex<[AccountID: Int]>([:])
@@ -84,12 +86,18 @@ final class HubCore: Sendable {
     }
 
     /// Descriptor exhaustion: every loop's listener reports its own burst, so the hub logs only the first report
-    /// until a client is accepted again (one line per burst for the whole hub, as OPERATIONS.md says).
+    /// until a client is accepted a second or more after the last report (one line per burst for the whole hub, as
+    /// OPERATIONS.md says).
     func descriptorsExhausted(_ message: @autoclosure () -> String) {
+        descriptorsStillExhausted()
         if !descriptorsWarned.exchange(true, ordering: .relaxed) { log(message()) }
     }
 
-    /// A client was accepted: descriptors are available again, so the next exhaustion is a new burst.
+    /// A client was refused for want of descriptors (each one, not only a burst's first): the burst goes on.
+    func descriptorsStillExhausted() {
+        lastDescriptorExhaustion.store(monotonicNanos(), ordering: .relaxed)
+    }
+
     /// Counts one more connection for `account`; false (and nothing counted) when it already holds the maximum.
     func admitAccount(_ account: AccountID) -> Bool {
         let limit = configuration.maxConnectionsPerAccount
@@ -108,8 +116,15 @@ final class HubCore: Sendable {
         }
     }
 
+    /// A client was accepted: descriptors may be available again, so a later exhaustion may be a new burst.
     func clientAccepted() {
-        if descriptorsWarned.load(ordering: .relaxed) { descriptorsWarned.store(false, ordering: .relaxed) }
+        guard descriptorsWarned.load(ordering: .relaxed) else { return }
+        // A burst ends when clients are accepted with no refusal for a second. Not at the first accept: during
+        // a burst a descriptor another loop frees for an instant (a refused client's, before its listener takes
+        // back its reserve) can let one client in between two refusals, and the burst would be logged again.
+        if monotonicNanos() &- lastDescriptorExhaustion.load(ordering: .relaxed) > 1_000_000_000 {
+            descriptorsWarned.store(false, ordering: .relaxed)
+        }
     }
 
     func clientClosed() {

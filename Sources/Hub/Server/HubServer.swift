@@ -253,6 +253,7 @@ final class ClientAcceptor: ListenerDelegate {
     }
 
     func shedding(fd: Int32, on loop: EventLoop) {
+        context.hub.descriptorsStillExhausted()
         refuse(fd)
     }
 
