@@ -287,6 +287,11 @@ import WSProtocol
         hub.clientAccepted()  // no refusal for over a second: the burst is over
         hub.descriptorsExhausted("out of file descriptors")
         #expect(logged() == 2)
+        // A burst that ends with no client accepted within a second after it (a quiet hub) still lets the next
+        // burst be logged.
+        usleep(1_100_000)
+        hub.descriptorsExhausted("out of file descriptors")
+        #expect(logged() == 3)
     }
 
     @Test func handshakeTimeoutAnswers408AndCloses() throws {

@@ -85,11 +85,14 @@ final class HubCore: Sendable {
         return false
     }
 
-    /// Descriptor exhaustion: every loop's listener reports its own burst, so the hub logs only the first report
-    /// until a client is accepted a second or more after the last report (one line per burst for the whole hub, as
-    /// OPERATIONS.md says).
+    /// Descriptor exhaustion: every loop's listener reports its own burst, so the hub logs only the first report of
+    /// a burst for the whole hub (as OPERATIONS.md says). A burst ends after a second without a refusal: at the next
+    /// accept (`clientAccepted`), or at this report if no client was accepted since.
     func descriptorsExhausted(_ message: @autoclosure () -> String) {
-        descriptorsStillExhausted()
+        let now = monotonicNanos()
+        if now &- lastDescriptorExhaustion.exchange(now, ordering: .relaxed) > 1_000_000_000 {
+            descriptorsWarned.store(false, ordering: .relaxed)
+        }
         if !descriptorsWarned.exchange(true, ordering: .relaxed) { log(message()) }
     }
 
