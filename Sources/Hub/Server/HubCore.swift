@@ -28,8 +28,7 @@ final class HubCore: Sendable {
     private let openClients = Atomic<Int>(0)
     private let shuttingDown = Atomic<Bool>(false)
     private let capacityWarned = Atomic<Bool>(false)
-    private let descriptorsWarned = Atomic<Bool>(false)
-    /// When a listener last reported running out of descriptors (monotonic ns).
+    /// When a client was last refused for want of descriptors (monotonic ns; 0: never).
     private let lastDescriptorExhaustion = Atomic<UInt64>(0)
     /// Open upgraded `/ws` connections per account, against `--max-connections-per-account`. Touched once per
     /// connection set-up and once per close, never per message.
@@ -86,14 +85,13 @@ final class HubCore: Sendable {
     }
 
     /// Descriptor exhaustion: every loop's listener reports its own burst, so the hub logs only the first report of
-    /// a burst for the whole hub (as OPERATIONS.md says). A burst ends after a second without a refusal: at the next
-    /// accept (`clientAccepted`), or at this report if no client was accepted since.
+    /// a burst for the whole hub (as OPERATIONS.md says). A burst ends after a second without a refusal. Not at an
+    /// accept: during a burst a descriptor another loop frees for an instant (a refused client's, before its
+    /// listener takes back its reserve) can let one client in between two refusals.
     func descriptorsExhausted(_ message: @autoclosure () -> String) {
         let now = monotonicNanos()
-        if now &- lastDescriptorExhaustion.exchange(now, ordering: .relaxed) > 1_000_000_000 {
-            descriptorsWarned.store(false, ordering: .relaxed)
-        }
-        if !descriptorsWarned.exchange(true, ordering: .relaxed) { log(message()) }
+        let last = lastDescriptorExhaustion.exchange(now, ordering: .relaxed)
+        if last == 0 || now &- last > 1_000_000_000 { log(message()) }
     }
 
     /// A client was refused for want of descriptors (each one, not only a burst's first): the burst goes on.
@@ -116,17 +114,6 @@ final class HubCore: Sendable {
         perAccount.withLock { counts in
             guard let n = counts[account] else { return }
             if n <= 1 { counts[account] = nil } else { counts[account] = n - 1 }
-        }
-    }
-
-    /// A client was accepted: descriptors may be available again, so a later exhaustion may be a new burst.
-    func clientAccepted() {
-        guard descriptorsWarned.load(ordering: .relaxed) else { return }
-        // A burst ends when clients are accepted with no refusal for a second. Not at the first accept: during
-        // a burst a descriptor another loop frees for an instant (a refused client's, before its listener takes
-        // back its reserve) can let one client in between two refusals, and the burst would be logged again.
-        if monotonicNanos() &- lastDescriptorExhaustion.load(ordering: .relaxed) > 1_000_000_000 {
-            descriptorsWarned.store(false, ordering: .relaxed)
         }
     }
 

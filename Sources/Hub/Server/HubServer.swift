@@ -238,7 +238,6 @@ final class ClientAcceptor: ListenerDelegate {
             Glibc.close(fd)
             return
         }
-        hub.clientAccepted()
         let client = ClientConnection(context: context, serial: context.nextSerial)
         context.nextSerial += 1
         do {
