@@ -16,8 +16,41 @@ import Testing
         getenv("HUB_TEST_HUB_BINARY").map { String(cString: $0) } ?? HubProcess.executablePath
     }
 
-    /// A port nobody listens on right now (bound and released).
+    /// A port nobody uses right now (bound and released), below the kernel's ephemeral range when one is free there.
+    /// A port from the ephemeral range (what binding port 0 gives) can be taken before the hub binds it by any outgoing
+    /// connection of a test running in parallel, as its local port; then both hubs of a trial lost with "already in
+    /// use" (seen once in scripts/test). Below the range the kernel never hands a port out by itself.
     static func freePort() throws -> Int {
+        var low = 32768
+        if let range = try? String(contentsOfFile: "/proc/sys/net/ipv4/ip_local_port_range", encoding: .utf8),
+           let first = range.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\n" }).first, let value = Int(first) {
+            low = value
+        }
+        if low > 11_000 {
+            for _ in 0..<200 {
+                let port = Int.random(in: 10_000..<low)
+                if bindable(port) { return port }
+            }
+        }
+        return try bindAnyPort()
+    }
+
+    /// Whether 127.0.0.1:`port` can be bound (and listened on) now, without SO_REUSEADDR.
+    static func bindable(_ port: Int) -> Bool {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = UInt16(port).bigEndian
+        inet_pton(AF_INET, "127.0.0.1", &address.sin_addr)
+        let length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && listen(fd, 1) == 0 }
+        }
+    }
+
+    static func bindAnyPort() throws -> Int {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(fd) }
         var address = sockaddr_in()
