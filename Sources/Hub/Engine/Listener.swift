@@ -1,4 +1,5 @@
 import Glibc
+import Synchronization
 
 /// The loop-bound half of a listening socket: the accept loop and the reserve descriptor.
 ///
@@ -15,8 +16,18 @@ import Glibc
 /// level-triggered epoll would spin on it. So each listener keeps one reserve fd (/dev/null): on
 /// exhaustion it closes the reserve, accepts, lets the delegate answer (HTTP 503), closes, and
 /// reopens the reserve. If even that fails, accepting pauses for one timer tick.
+///
+/// The reserve is only worth anything if the descriptor it frees goes to the accept that follows. Every listener
+/// of the process (all loops, TCP and Unix) accepts under one lock, and sheds (close the reserve, accept, answer,
+/// close, reopen) under it as a whole, so another loop's accept cannot take the freed descriptor in between. A
+/// listener that lost its reserve anyway (another thread of the process opened a descriptor in that instant) takes
+/// one back before it accepts again, as soon as one is free: a client is never let in while its listener cannot
+/// answer the next one. Before both (CI, once): two loops' reserves were taken by clients that slipped in during
+/// the other loop's shed, and the next client waited for an answer that never came.
 final class Listener: LoopSelectable {
     static let acceptBudget = 64
+    /// Held around every `accept4` of every listener, and around a whole shed.
+    private static let acceptLock = Mutex<Void>(())
 
     let fd: Int32
     unowned let loop: EventLoop
@@ -69,8 +80,12 @@ final class Listener: LoopSelectable {
         defer { if accepted { yieldTurn() } }
         while budget > 0 && !closed && !paused {
             budget -= 1
+            // Without a reserve, the next free descriptor is the reserve's (see the type's comment). One open() only
+            // while it is missing.
+            if reserveFD < 0 { openReserve() }
             do {
-                guard case .processed(let (client, peer)) = try accept() else { return }
+                let result = try Listener.acceptLock.withLock { _ throws(SyscallError) in try accept() }
+                guard case .processed(let (client, peer)) = result else { return }
                 accepted = true
                 exhausted = false
                 loop.metrics.accepts += 1
@@ -102,8 +117,21 @@ final class Listener: LoopSelectable {
 
     private enum ShedResult { case shed, drained, impossible }
 
-    /// Uses the reserve fd to accept one pending connection and refuse it.
+    /// Test hook: close the reserve as if another thread had taken its descriptor in a shed's window.
+    func dropReserveForTesting() {
+        if reserveFD >= 0 { closeFD(reserveFD) }
+        reserveFD = -1
+    }
+
+    /// Whether the listener holds its reserve descriptor now.
+    var hasReserve: Bool { reserveFD >= 0 }
+
+    /// Uses the reserve fd to accept one pending connection and refuse it, under the accept lock.
     private func shedOne() -> ShedResult {
+        Listener.acceptLock.withLock { _ in shedOneLocked() }
+    }
+
+    private func shedOneLocked() -> ShedResult {
         guard reserveFD >= 0 else { return .impossible }
         closeFD(reserveFD)
         reserveFD = -1
