@@ -22,7 +22,7 @@ import Synchronization
 /// close, reopen) under it as a whole, so another loop's accept cannot take the freed descriptor in between. A
 /// listener that lost its reserve anyway (another thread of the process opened a descriptor in that instant) takes
 /// one back before it accepts again, as soon as one is free: a client is never let in while its listener cannot
-/// answer the next one. Before both (CI, once): two loops' reserves were taken by clients that slipped in during
+/// answer the next one. Before both (scripts/test, once): two loops' reserves were taken by clients that slipped in during
 /// the other loop's shed, and the next client waited for an answer that never came.
 final class Listener: LoopSelectable {
     static let acceptBudget = 64
@@ -80,11 +80,14 @@ final class Listener: LoopSelectable {
         defer { if accepted { yieldTurn() } }
         while budget > 0 && !closed && !paused {
             budget -= 1
-            // Without a reserve, the next free descriptor is the reserve's (see the type's comment). One open() only
-            // while it is missing.
-            if reserveFD < 0 { openReserve() }
             do {
-                let result = try Listener.acceptLock.withLock { _ throws(SyscallError) in try accept() }
+                let result = try Listener.acceptLock.withLock { _ throws(SyscallError) in
+                    // Without a reserve, the next free descriptor is the reserve's (see the type's comment): one
+                    // open() only while it is missing, under the lock, so it never takes another listener's reserve
+                    // in the middle of its shed.
+                    if reserveFD < 0 { openReserve() }
+                    return try accept()
+                }
                 guard case .processed(let (client, peer)) = result else { return }
                 accepted = true
                 exhausted = false
