@@ -28,42 +28,29 @@ import Testing
         }
         if low > 11_000 {
             for _ in 0..<200 {
-                let port = Int.random(in: 10_000..<low)
-                if bindable(port) { return port }
+                if let port = bindAndRelease(port: Int.random(in: 10_000..<low)) { return port }
             }
         }
-        return try bindAnyPort()
+        guard let port = bindAndRelease(port: 0) else { throw HubTestError("no free port: errno \(errno)") }
+        return port
     }
 
-    /// Whether 127.0.0.1:`port` can be bound (and listened on) now, without SO_REUSEADDR.
-    static func bindable(_ port: Int) -> Bool {
+    /// Binds 127.0.0.1:`port` (0: any) without SO_REUSEADDR, listens, closes; the bound port, or nil if it was taken.
+    static func bindAndRelease(port: Int) -> Int? {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { return false }
+        guard fd >= 0 else { return nil }
         defer { close(fd) }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = UInt16(port).bigEndian
         inet_pton(AF_INET, "127.0.0.1", &address.sin_addr)
-        let length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        return withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && listen(fd, 1) == 0 }
-        }
-    }
-
-    static func bindAnyPort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        inet_pton(AF_INET, "127.0.0.1", &address.sin_addr)
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let rc = withUnsafeMutablePointer(to: &address) {
+        let bound = withUnsafeMutablePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { p in
-                bind(fd, p, length) == 0 ? getsockname(fd, p, &length) : -1
+                bind(fd, p, length) == 0 && listen(fd, 1) == 0 && getsockname(fd, p, &length) == 0
             }
         }
-        guard rc == 0 else { throw HubTestError("no free port: errno \(errno)") }
-        return Int(UInt16(bigEndian: address.sin_port))
+        return bound ? Int(UInt16(bigEndian: address.sin_port)) : nil
     }
 
     struct Started {

@@ -22,8 +22,8 @@ import Synchronization
 /// close, reopen) under it as a whole, so another loop's accept cannot take the freed descriptor in between. A
 /// listener that lost its reserve anyway (another thread of the process opened a descriptor in that instant) takes
 /// one back before it accepts again, as soon as one is free: a client is never let in while its listener cannot
-/// answer the next one. Before both (scripts/test, once): two loops' reserves were taken by clients that slipped in during
-/// the other loop's shed, and the next client waited for an answer that never came.
+/// answer the next one. Before both (scripts/test, once): two loops' reserves were taken by clients that slipped in
+/// during the other loop's shed, and the next client waited for an answer that never came.
 final class Listener: LoopSelectable {
     static let acceptBudget = 64
     /// Held around every `accept4` of every listener, and around a whole shed.
