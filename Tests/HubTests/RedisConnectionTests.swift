@@ -67,14 +67,19 @@ struct RedisEndpointTests {
 /// A `RedisConnection` (or, with `cluster:`, a `RedisClusterClient`) on its own event loop (10 ms timer ticks), driven
 /// from the test thread. The connection is
 /// only touched on the loop thread; what it reports is collected under a lock. Closures that run on the loop hold
-/// the connection's box and only a weak reference to this object, so its last release (which stops and joins the
-/// loop) always happens on the test's thread.
+/// the connection's box and the collected reports, never this object, so its last release (which stops and joins
+/// the loop) always happens on the test's thread. (They used to hold it weakly, but `self?.…` holds it strongly for
+/// the call: when the test dropped it at that instant, deinit ran on the loop thread and its `submitAndWait` trapped,
+/// seen once in scripts/test.)
 final class RedisOnLoop: @unchecked Sendable {
     let loop: EventLoop
     private final class Box: @unchecked Sendable { var redis: (any RedisLink)? = nil }  // loop thread only
     private let box = Box()
-    private let events = Mutex<[String]>([])
-    private let pushes = Mutex<[RESPValue]>([])
+    private final class Recorded: Sendable {
+        let events = Mutex<[String]>([])
+        let pushes = Mutex<[RESPValue]>([])
+    }
+    private let recorded = Recorded()
 
     /// `cluster`: a `RedisClusterClient` (a subscriber link if `subscriber`) on `endpoint`'s seeds.
     init(_ endpoint: RedisEndpoint, backoff: RedisBackoff = RedisBackoff(initial: .milliseconds(20), maximum: .milliseconds(200)),
@@ -82,22 +87,22 @@ final class RedisOnLoop: @unchecked Sendable {
         let loop = try EventLoop(configuration: testLoopConfiguration(tickMillis: 10))
         self.loop = loop
         let box = box
-        try loop.submitAndWait { [weak self] in
+        let recorded = recorded
+        try loop.submitAndWait {
             let r: any RedisLink = cluster
                 ? RedisClusterClient(endpoint: endpoint, loop: loop, subscriber: subscriber, backoff: backoff)
                 : RedisConnection(endpoint: endpoint, loop: loop, backoff: backoff)
-            // Weak: the connection's callbacks must not keep this object (and so the loop) alive.
-            r.onReady = { [weak self, weak r] in
-                self?.events.withLock { $0.append("ready") }
+            // The connection's callbacks hold only what they record into, never this object (see the type's comment).
+            r.onReady = { [weak r] in
+                recorded.events.withLock { $0.append("ready") }
                 if let onReady, let r {
-                    r.subscribe(onReady) { [weak self] error in self?.events.withLock { $0.append("subscribed: \(error.map { "\($0)" } ?? "ok")") } }
+                    r.subscribe(onReady) { error in recorded.events.withLock { $0.append("subscribed: \(error.map { "\($0)" } ?? "ok")") } }
                 }
             }
-            r.onDown = { [weak self] error in self?.events.withLock { $0.append("down \(error.kind.rawValue): \(error.message)") } }
-            r.onPush = { [weak self] value in self?.pushes.withLock { $0.append(value) } }
+            r.onDown = { error in recorded.events.withLock { $0.append("down \(error.kind.rawValue): \(error.message)") } }
+            r.onPush = { value in recorded.pushes.withLock { $0.append(value) } }
             box.redis = r
             r.start()
-            _ = self
         }
     }
 
@@ -115,9 +120,9 @@ final class RedisOnLoop: @unchecked Sendable {
         return r
     }
 
-    var log: [String] { events.withLock { $0 } }
+    var log: [String] { recorded.events.withLock { $0 } }
     var readyCount: Int { log.filter { $0 == "ready" }.count }
-    var pushed: [RESPValue] { pushes.withLock { $0 } }
+    var pushed: [RESPValue] { recorded.pushes.withLock { $0 } }
 
     func state() throws -> RedisConnection.State {
         let box = box
@@ -159,9 +164,10 @@ final class RedisOnLoop: @unchecked Sendable {
     /// Sends `command` and returns without waiting; its reply is recorded in `log` as "reply: …".
     func sendAndRecord(_ command: [String]) {
         let box = box
-        loop.execute { [weak self] in
-            box.redis?.send(command) { [weak self] result in
-                self?.events.withLock { $0.append("reply: \(result)") }
+        let recorded = recorded
+        loop.execute {
+            box.redis?.send(command) { result in
+                recorded.events.withLock { $0.append("reply: \(result)") }
             }
         }
     }
