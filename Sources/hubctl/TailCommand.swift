@@ -12,6 +12,8 @@ enum TailCommand {
         type, account (or "broadcast"), seq, connections delivered to, and the data. Runs until Ctrl-C (exit 0)
         or until the hub closes the connection (exit 0; a tail that falls 1 MiB behind is closed by the hub).
         With --json each line is the hub's event line as received: {"event":{...}}.
+        In cluster mode (--broker) the events published on every live node are shown, each with its node (another
+        node forwards at most 1 000 events a second to a tail; it reports how many it skipped beyond that).
 
         examples:
           hubctl tail wallet_updates
@@ -42,10 +44,15 @@ enum TailCommand {
             if context.json {
                 writeStdout(bytes: line)
             } else {
-                guard let event = JSON.parse(line)?["event"], event.object != nil else {
+                guard let parsed = JSON.parse(line) else { throw .unexpected(HubSession.snippet(line)) }
+                if parsed["event"].object != nil {
+                    print(format(parsed["event"], style: style))
+                } else if parsed["skipped"].object != nil {
+                    let skipped = parsed["skipped"]
+                    print(style.yellow("node \(TerminalText.escape(skipped["node"].text ?? "?")) skipped \(skipped["events"].int ?? 0) events (over \(skipped["perSecond"].int ?? 0)/s)"))
+                } else {
                     throw .unexpected(HubSession.snippet(line))
                 }
-                print(format(event, style: style))
             }
             flushOutput()
         }
@@ -56,8 +63,10 @@ enum TailCommand {
         var data = event["data"].compact
         if data.count > 500 { data = String(data.prefix(500)) + "..." }
         data = TerminalText.escape(data)
-        return [style.dim(Units.clock(event["at"].double)), style.bold(event["type"].text ?? "?"), who,
-                "seq \(event["seq"].int.map(String.init) ?? "-")",
-                "delivered \(event["delivered"].int.map(String.init) ?? "-")", data].joined(separator: "  ")
+        var fields = [style.dim(Units.clock(event["at"].double)), style.bold(event["type"].text ?? "?"), who,
+                      "seq \(event["seq"].int.map(String.init) ?? "-")",
+                      "delivered \(event["delivered"].int.map(String.init) ?? "-")"]
+        if let node = event["node"].text { fields.append("node \(TerminalText.escape(node))") }
+        return (fields + [data]).joined(separator: "  ")
     }
 }

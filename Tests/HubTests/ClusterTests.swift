@@ -298,6 +298,87 @@ struct ClusterTests {
         #expect(try Self.events(d1, count: 1 + delivered.count).count == 1 + delivered.count)
     }
 
+    /// `hubctl disconnect` and `tail` on one node act on the whole cluster: an account's connections closed on every
+    /// node (the count is the cluster's), a connection closed on the node named, and a tail on one node showing the
+    /// events published on the others (each with its node).
+    @Test func disconnectAndTailReachEveryNode() throws {
+        let c = try Self.cluster(2)
+        func nodeID(_ i: Int) throws -> String {
+            let nodes = try c.nodes[i].request(#"{"op":"nodes"}"#)["nodes"] as? [[String: Any]] ?? []
+            return try #require(nodes.first { $0["self"] as? Bool == true }?["id"] as? String)
+        }
+        let (n0, n1) = (try nodeID(0), try nodeID(1))
+        let x0 = try c.client(0, "acc_X"), x1 = try c.client(1, "acc_X"), y1 = try c.client(1, "acc_Y")
+
+        // A tail on node 0 gets node 1's events once node 1 has heard of it (it is told when the tail starts).
+        let tail = try c.nodes[0].admin()
+        tail.readTimeout = 10
+        #expect(String(decoding: try tail.request(#"{"op":"tail","channel":"wallet_updates"}"#), as: UTF8.self)
+                == #"{"ok":true,"tailing":"wallet_updates"}"#)
+        let yTail = try c.nodes[0].admin()
+        yTail.readTimeout = 10
+        _ = try yTail.request(#"{"op":"tail","channel":"wallet_updates","account":"acc_Y"}"#)
+        var lastLine = ""
+        func nextEvent(_ client: AdminClient) throws -> [String: Any] {
+            let line = try #require(try client.readLine())
+            lastLine = String(decoding: line, as: UTF8.self)
+            return try #require(try parseObject(line)["event"] as? [String: Any])
+        }
+        var warmup = 0
+        #expect(eventually(timeout: 10) {
+            warmup += 1
+            _ = try? c.nodes[1].publish(channel: "wallet_updates", account: "acc_Y", data: #"{"warmup":\#(warmup)}"#)
+            tail.readTimeout = 0.5
+            defer { tail.readTimeout = 10 }
+            return (try? nextEvent(tail))?["node"] as? String == n1
+        })
+        // Drain the warm-up lines of both tails (each warm-up event is acc_Y's, so both got it).
+        tail.readTimeout = 0.5; yTail.readTimeout = 0.5
+        while (try? nextEvent(tail)) != nil {}
+        while (try? nextEvent(yTail)) != nil {}
+        tail.readTimeout = 10; yTail.readTimeout = 10
+
+        let p1 = try c.nodes[1].publish(channel: "wallet_updates", account: "acc_X", data: #"{"k":[1,"é"]}"#)
+        let e1 = try nextEvent(tail)
+        #expect(e1["node"] as? String == n1 && e1["account"] as? String == "acc_X" && e1["seq"] as? Int == p1["seq"] as? Int
+                && e1["delivered"] as? Int == 2 && lastLine.hasSuffix(#""data":{"k":[1,"é"]}}}"#), "\(lastLine)")
+        let p0 = try c.nodes[0].publish(channel: "wallet_updates", account: "acc_Y")
+        let e0 = try nextEvent(tail)
+        #expect(e0["node"] as? String == n0 && e0["account"] as? String == "acc_Y" && e0["seq"] as? Int == p0["seq"] as? Int, "\(e0)")
+        // The account tail skipped acc_X's event: its next line is acc_Y's, from node 0.
+        let ey = try nextEvent(yTail)
+        #expect(ey["account"] as? String == "acc_Y" && ey["node"] as? String == n0, "\(ey)")
+        _ = try Self.events(x0, count: 1); _ = try Self.events(x1, count: 1); _ = try Self.events(y1, count: 1 + warmup)
+
+        // disconnect by account from node 0: both nodes' acc_X connections, counted cluster-wide.
+        let all = try c.nodes[0].request(#"{"op":"disconnect","account":"acc_X","code":4000,"reason":"suspended","id":5}"#)
+        #expect(all["disconnected"] as? Int == 2 && all["id"] as? Int == 5, "\(all)")
+        let answers = ((all["cluster"] as? [String: Any])?["nodes"] as? [[String: Any]]) ?? []
+        #expect(answers.count == 1 && answers.first?["node"] as? String == n1
+                && (answers.first?["reply"] as? [String: Any])?["disconnected"] as? Int == 1, "\(all)")
+        for ws in [x0, x1] {
+            let close = try ws.expectClose()
+            #expect(close.code == 4000 && close.reason == "suspended")
+        }
+
+        // disconnect by connection id: ids are per node, so node 1's connection is named with its node.
+        let ids = (try c.nodes[1].request(#"{"op":"connections","account":"acc_Y"}"#)["connections"] as? [[String: Any]] ?? []).compactMap { $0["id"] as? String }
+        #expect(ids.count == 1)
+        let here = try c.nodes[0].request("{\"op\":\"disconnect\",\"conn\":\"\(ids.first ?? "")\"}")
+        #expect((here["error"] as? [String: Any])?["code"] as? String == "NOT_FOUND", "\(here)")  // node 0 has no such connection
+        #expect(try c.nodes[1].publish(channel: "wallet_updates", account: "acc_Y")["delivered"] as? Int == 1)
+        let there = try c.nodes[0].request("{\"op\":\"disconnect\",\"conn\":\"\(ids.first ?? "")\",\"node\":\"\(n1)\",\"id\":\"d\"}")
+        #expect(there["disconnected"] as? Int == 1 && there["node"] as? String == n1 && there["id"] as? String == "d", "\(there)")
+        let close = try y1.expectClose()
+        #expect(close.code == 1000 && close.reason == "disconnected by operator")
+        let gone = try c.nodes[0].request("{\"op\":\"disconnect\",\"conn\":\"0-424242\",\"node\":\"\(n1)\"}")
+        let goneError = gone["error"] as? [String: Any]
+        #expect(goneError?["code"] as? String == "NOT_FOUND" && (goneError?["message"] as? String)?.contains(n1) == true, "\(gone)")
+        let nowhere = try c.nodes[0].request(#"{"op":"disconnect","account":"acc_X","node":"no-such-node"}"#)
+        #expect((nowhere["error"] as? [String: Any])?["code"] as? String == "NOT_FOUND", "\(nowhere)")
+        #expect(try c.nodes[1].publish(channel: "wallet_updates", account: "acc_Y")["delivered"] as? Int == 0)
+    }
+
     @Test func aSingleHubSaysItIsNotAClusterAndHealthIsPlain() throws {
         let hub = try HubProcess()
         let reply = try hub.request(#"{"op":"nodes"}"#)

@@ -182,6 +182,19 @@ import Testing
         #expect(json.stdout == event + "\n" + broadcast + "\n")
     }
 
+    /// Cluster mode: each event line names its node, and a node's `skipped` note is printed, not an error.
+    @Test func tailShowsEachEventsNodeAndWhatANodeSkipped() throws {
+        let event = #"{"event":{"type":"t","channel":"wallet_updates","account":"acc_1","broadcast":false,"seq":18,"delivered":2,"at":1700000001.2,"node":"n1","data":{}}}"#
+        let skipped = #"{"skipped":{"node":"n2","channel":"wallet_updates","events":120,"perSecond":1000}}"#
+        let hub = FakeHub { _ in .linesThenClose([#"{"ok":true,"tailing":"wallet_updates"}"#, event, skipped]) }
+        defer { hub.stop() }
+        let run = try HubctlRun.run(["tail", "wallet_updates"], socket: hub.path)
+        #expect(run.code == 0, "\(run.stderr)")
+        #expect(run.lines.count == 3, "\(run.lines)")
+        #expect(run.lines[0].hasSuffix("  t  acc_1  seq 18  delivered 2  node n1  {}"), "\(run.lines[0])")
+        #expect(run.lines[1] == "node n2 skipped 120 events (over 1000/s)")
+    }
+
     @Test func tailExitsZeroOnSIGINT() throws {
         let hub = FakeHub { _ in .lines([#"{"ok":true,"tailing":"c"}"#]) }
         defer { hub.stop() }
@@ -226,6 +239,26 @@ import Testing
         #expect(badCode.code == 2)
         #expect(badCode.stderr.contains("1000 or 3000-4999"))
         #expect(hub.received.count == 2, "usage errors never reach the hub")
+    }
+
+    /// Cluster mode: `--node` goes to the hub, and the printed count says where it was counted.
+    @Test func disconnectAcrossTheCluster() throws {
+        let hub = FakeHub { line in
+            if FakeHub.field("node", in: line) != nil {
+                return .lines([#"{"ok":true,"disconnected":1,"node":"n2"}"#])
+            }
+            return .lines([#"{"ok":true,"disconnected":3,"cluster":{"nodes":[{"node":"n2","reply":{"ok":true,"disconnected":2}}],"missing":["n3"]}}"#])
+        }
+        defer { hub.stop() }
+        let one = try HubctlRun.run(["disconnect", "--conn", "0-17", "--node", "n2"], socket: hub.path)
+        #expect(one.code == 0, "\(one.stderr)")
+        #expect(one.stdout == "disconnected 1 connection on node n2\n")
+        #expect(hub.requests.first?["node"] as? String == "n2" && hub.requests.first?["conn"] as? String == "0-17")
+        let all = try HubctlRun.run(["disconnect", "--account", "acc_1"], socket: hub.path)
+        #expect(all.code == 0, "\(all.stderr)")
+        #expect(all.lines.first == "disconnected 3 connections on 2 nodes", "\(all.lines)")
+        #expect(all.lines.count == 3 && all.lines[1].contains("no answer within 2 s from: n3"), "\(all.lines)")
+        #expect(hub.requests.last?["node"] == nil)
     }
 
     @Test func topOnce() throws {

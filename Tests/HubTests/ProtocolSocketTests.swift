@@ -88,14 +88,19 @@ struct ProtocolSocketTests {
         #expect(try parseSocket(#"{"op":"connections","account":null,"limit":0}"#).get().request
                 == .connections(account: nil, channel: nil, limit: 0))
         #expect(try parseSocket(#"{"op":"disconnect","conn":"0-17","code":4000,"reason":"bye"}"#).get().request
-                == .disconnect(target: .connection("0-17"), code: 4000, reason: "bye"))
+                == .disconnect(target: .connection("0-17"), code: 4000, reason: "bye", node: nil))
         #expect(try parseSocket(#"{"op":"disconnect","account":"acc_1"}"#).get().request
-                == .disconnect(target: .account("acc_1"), code: 1000, reason: "disconnected by operator"))
+                == .disconnect(target: .account("acc_1"), code: 1000, reason: "disconnected by operator", node: nil))
         #expect(try parseSocket(#"{"op":"disconnect","account":"a","code":3000,"reason":""}"#).get().request
-                == .disconnect(target: .account("a"), code: 3000, reason: ""))
+                == .disconnect(target: .account("a"), code: 3000, reason: "", node: nil))
+        // Cluster mode: the node whose connection (or account's connections) to close.
+        #expect(try parseSocket(#"{"op":"disconnect","conn":"0-17","node":"n1"}"#).get().request
+                == .disconnect(target: .connection("0-17"), code: 1000, reason: "disconnected by operator", node: "n1"))
+        #expect(try parseSocket(#"{"op":"disconnect","account":"a","\u006eode":"n2","node":null}"#).get().request
+                == .disconnect(target: .account("a"), code: 1000, reason: "disconnected by operator", node: nil))
         let reason123 = String(repeating: "r", count: 123)
         #expect(try parseSocket(#"{"op":"disconnect","conn":"1-1","code":4999,"reason":"\#(reason123)"}"#).get().request
-                == .disconnect(target: .connection("1-1"), code: 4999, reason: reason123))
+                == .disconnect(target: .connection("1-1"), code: 4999, reason: reason123, node: nil))
         #expect(try parseSocket(#"{"op":"tail","channel":"w"}"#).get().request == .tail(channel: "w", account: nil))
         #expect(try parseSocket(#"{"op":"tail","channel":"w","account":"acc_1","id":"t"}"#).get()
                 == ParsedSocketRequest(request: .tail(channel: "w", account: "acc_1"), id: RawJSON("\"t\"")))
@@ -153,6 +158,8 @@ struct ProtocolSocketTests {
         (#"{"op":"disconnect","conn":"1-1","code":5000}"#, .invalidRequest, "\"code\" must be 1000 or 3000-4999", nil),
         (#"{"op":"disconnect","conn":"1-1","code":"4000"}"#, .invalidRequest, "\"code\" must be 1000 or 3000-4999", nil),
         (#"{"op":"disconnect","conn":"1-1","reason":7}"#, .invalidRequest, "\"reason\" must be a string", nil),
+        (#"{"op":"disconnect","conn":"1-1","node":""}"#, .invalidRequest, "\"node\" must be a non-empty string", nil),
+        (#"{"op":"disconnect","account":"a","node":3}"#, .invalidRequest, "\"node\" must be a string", nil),
         (#"{"op":"disconnect","conn":"1-1","reason":"\#(String(repeating: "é", count: 62))"}"#, .invalidRequest,
          "\"reason\" must be at most 123 bytes", nil),
         (#"{"op":"tail"}"#, .invalidRequest, "missing \"channel\"", nil),
@@ -171,6 +178,7 @@ struct ProtocolSocketTests {
         let keys: [(Fields.Key, StaticString)] = [
             (.op, "op"), (.id, "id"), (.type, "type"), (.data, "data"), (.conn, "conn"), (.code, "code"),
             (.limit, "limit"), (.reason, "reason"), (.channel, "channel"), (.account, "account"), (.since, "since"),
+            (.node, "node"),
         ]
         for (k, s) in keys { #expect(k.rawValue == JSONValue.pack(s), "\(s)") }
         let ops: [(Op, StaticString)] = [

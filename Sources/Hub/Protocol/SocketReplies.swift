@@ -60,9 +60,10 @@ public enum SocketReplies {
 
     /// One tail line:
     /// `{"event":{"type":T,"channel":C,"account":A,"broadcast":B,"seq":N,"delivered":M,"at":S,"data":<raw>}}\n`
-    /// (`account` is `null` for a broadcast; `data` is passed through byte for byte).
+    /// (`account` is `null` for a broadcast; `data` is passed through byte for byte). In cluster mode `"node":ID`
+    /// (the node the event was published on) comes before `data`.
     public static func tailEvent(type: String, channel: String, account: String?, seq: UInt64, delivered: Int,
-                                 at: Double, data: UnsafeRawBufferPointer, into w: inout JSONWriter) {
+                                 at: Double, node: String? = nil, data: UnsafeRawBufferPointer, into w: inout JSONWriter) {
         w.beginObject()
         w.key("event")
         w.beginObject()
@@ -74,8 +75,24 @@ public enum SocketReplies {
         w.field("seq", seq)
         w.field("delivered", delivered)
         w.field("at", at)
+        if let node { w.field("node", node) }
         w.key("data")
         w.raw(data)
+        w.endObject()
+        w.endObject()
+        w.newline()
+    }
+
+    /// A cluster tail's note that a node did not forward some events (over its per-second allowance):
+    /// `{"skipped":{"node":ID,"channel":C,"events":N,"perSecond":L}}\n`.
+    public static func tailSkipped(node: String, channel: String, events: Int, perSecond: Int, into w: inout JSONWriter) {
+        w.beginObject()
+        w.key("skipped")
+        w.beginObject()
+        w.field("node", node)
+        w.field("channel", channel)
+        w.field("events", events)
+        w.field("perSecond", perSecond)
         w.endObject()
         w.endObject()
         w.newline()

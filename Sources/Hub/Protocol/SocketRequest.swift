@@ -106,7 +106,9 @@ public enum SocketRequest: Sendable, Hashable {
     case channels
     case channel(name: String, account: AccountID?)
     case connections(account: AccountID?, channel: String?, limit: Int)
-    case disconnect(target: DisconnectTarget, code: UInt16, reason: String)
+    /// `node`: cluster mode, the node whose connection (or account's connections) to close; nil: this node for a
+    /// connection id (ids are per node), every live node for an account.
+    case disconnect(target: DisconnectTarget, code: UInt16, reason: String, node: String?)
     case tail(channel: String, account: AccountID?)
     /// The retained events of one stream with seq > `since` (`account` nil: the channel's broadcasts).
     case history(channel: String, account: AccountID?, since: UInt64)
@@ -303,7 +305,12 @@ extension SocketRequest {
             }
             reason = JSONScanner.decodeString(r, in: p.line)
         }
-        return .disconnect(target: target, code: code, reason: reason)
+        var node: String? = nil
+        if let n = try p.optionalString(f.node, "node") {
+            guard !n.isEmpty else { throw p.invalid("\"node\" must be a non-empty string") }
+            node = n
+        }
+        return .disconnect(target: target, code: code, reason: reason, node: node)
     }
 }
 
@@ -331,6 +338,7 @@ struct Fields {
     var reason: JSONValue?
     var since: JSONValue?
     var idempotencyKey: JSONValue?
+    var node: JSONValue?
 
     /// Packed keys (`JSONValue.packed`); `ProtocolSocketTests` checks them against `JSONValue.pack`.
     enum Key: UInt64 {
@@ -345,6 +353,7 @@ struct Fields {
         case since = 0x65636e6973
         case channel = 0x6c656e6e616863
         case account = 0x746e756f636361
+        case node = 0x65646f6e
     }
 
     @inline(__always)
@@ -367,6 +376,7 @@ struct Fields {
         case .since: since = value
         case .channel: channel = value
         case .account: account = value
+        case .node: node = value
         }
     }
 
@@ -386,6 +396,7 @@ struct Fields {
         case "reason": reason = value
         case "since": since = value
         case "idempotencyKey": idempotencyKey = value
+        case "node": node = value
         default: break
         }
     }

@@ -59,6 +59,15 @@ public struct ClusterStatistics: Sendable {
     public var healthy: Bool { connected && subscribed }
 }
 
+/// Cluster-wide tails (`hubctl tail` on one node shows the events published on every node): a node with a tail
+/// tells the others (`start`, renewed every few seconds, and `stop`), and they forward each matching event's tail
+/// line to it (`line`). `from` is the sending node.
+public enum TailMessage: Sendable, Equatable {
+    case start(id: UInt64, from: String, channel: String, account: String?)
+    case stop(id: UInt64, from: String)
+    case line(id: UInt64, from: String, bytes: [UInt8])
+}
+
 /// The cluster broker: numbering, history and fan-out through Redis (see `RedisStreams` for the keys and scripts),
 /// behind the same `Broker` calls as `LocalBroker`.
 ///
@@ -120,6 +129,8 @@ public final class RedisBroker: Broker, @unchecked Sendable {
     private var nextAskID: UInt64 = 0
     /// Answers another node's admin request with this node's own view (set by the hub).
     private let controlHandler = Mutex<@Sendable ([UInt8], @escaping @Sendable ([UInt8]) -> Void) -> Void>({ _, done in done([]) })
+    /// Receives the cluster-wide tail messages of other nodes (set by the hub).
+    private let tailHandler = Mutex<@Sendable (TailMessage) -> Void>({ _ in })
 
     private final class Asking {
         var waiting: Set<String>
@@ -769,12 +780,13 @@ public final class RedisBroker: Broker, @unchecked Sendable {
         controlHandler.withLock { $0 = handler }
     }
 
-    /// Sends an admin request line to every other live node and collects their replies; `completion` gets them
-    /// (sorted by node) and the nodes that did not answer within `timeout`. Without Redis: no replies, no nodes.
-    public func ask(_ request: [UInt8], timeout: Duration = .seconds(2),
+    /// Sends an admin request line to every other live node (or to `only` that one, if it is live) and collects
+    /// their replies; `completion` gets them (sorted by node) and the nodes that did not answer within `timeout`.
+    /// Without Redis, or no such live node: no replies, no nodes.
+    public func ask(_ request: [UInt8], only: String? = nil, timeout: Duration = .seconds(2),
                     completion: @escaping @Sendable ([(node: String, reply: [UInt8])], [String]) -> Void) {
         listNodes { [unowned self] result in
-            let others = ((try? result.get()) ?? []).map(\.id).filter { $0 != self.nodeID }
+            let others = ((try? result.get()) ?? []).map(\.id).filter { $0 != self.nodeID && (only == nil || $0 == only) }
             self.loop.execute { [unowned self] in
                 guard !others.isEmpty, let commands = self.commands, commands.canSend else { return completion([], others) }
                 self.nextAskID += 1
@@ -796,7 +808,44 @@ public final class RedisBroker: Broker, @unchecked Sendable {
         asking.completion(asking.replies.sorted { $0.node < $1.node }, asking.waiting.sorted())
     }
 
-    /// A message on this node's control channel: `REQ \n ID \n FROM \n LINE` or `REP \n ID \n FROM \n REPLY`.
+    // MARK: Cluster-wide tails
+
+    /// How this node hears of other nodes' tails and receives the event lines they forward (set by the hub).
+    public func setTailHandler(_ handler: @escaping @Sendable (TailMessage) -> Void) {
+        tailHandler.withLock { $0 = handler }
+    }
+
+    /// Sends a tail message on the control channel of `node`, or of every other live node (nil). Fire and forget:
+    /// a start is renewed by its sender, and a lost line is a line a tail did not show.
+    public func sendTail(_ message: TailMessage, to node: String?) {
+        let text: String
+        switch message {
+        case .start(let id, _, let channel, let account):
+            var w = JSONWriter(capacity: 64 + channel.utf8.count + (account?.utf8.count ?? 0))
+            w.beginObject()
+            w.field("channel", channel)
+            if let account { w.field("account", account) }
+            w.endObject()
+            text = "TAIL\n\(id)\n\(nodeID)\n" + String(decoding: w.bytes, as: UTF8.self)
+        case .stop(let id, _):
+            text = "UNTAIL\n\(id)\n\(nodeID)\n"
+        case .line(let id, _, let bytes):
+            text = "EVT\n\(id)\n\(nodeID)\n" + String(decoding: bytes, as: UTF8.self)
+        }
+        let send: @Sendable ([String]) -> Void = { [unowned self] nodes in
+            self.loop.execute { [unowned self] in
+                guard let commands = self.commands, commands.canSend else { return }
+                for node in nodes where node != self.nodeID {
+                    commands.send([self.publishCommand, Self.controlChannel(prefix: self.options.prefix, node: node), text]) { _ in }
+                }
+            }
+        }
+        if let node { return send([node]) }
+        listNodes { result in send(((try? result.get()) ?? []).map(\.id)) }
+    }
+
+    /// A message on this node's control channel: `REQ \n ID \n FROM \n LINE` or `REP \n ID \n FROM \n REPLY`; for
+    /// tails, `TAIL \n ID \n FROM \n {"channel":C,"account":A}`, `UNTAIL \n ID \n FROM \n` and `EVT \n ID \n FROM \n LINE`.
     private func control(_ payload: [UInt8]) {
         var fields: [ArraySlice<UInt8>] = []
         var start = payload.startIndex
@@ -821,6 +870,27 @@ public final class RedisBroker: Broker, @unchecked Sendable {
             guard let asking = asking[id], asking.waiting.remove(from) != nil else { return }
             asking.replies.append((from, body))
             if asking.waiting.isEmpty { finishAsking(id) }
+        case "TAIL":
+            var channel: String? = nil, account: String? = nil
+            body.withUnsafeBytes { bytes in
+                try? JSONScanner.forEachMember(in: bytes) { key, value in
+                    guard value.kind == .string else { return }
+                    switch JSONScanner.decodeString(key, in: bytes) {
+                    case "channel": channel = JSONScanner.decodeString(value, in: bytes)
+                    case "account": account = JSONScanner.decodeString(value, in: bytes)
+                    default: break
+                    }
+                }
+            }
+            guard let channel else { return }
+            let handler = tailHandler.withLock { $0 }
+            handler(.start(id: id, from: from, channel: channel, account: account))
+        case "UNTAIL":
+            let handler = tailHandler.withLock { $0 }
+            handler(.stop(id: id, from: from))
+        case "EVT":
+            let handler = tailHandler.withLock { $0 }
+            handler(.line(id: id, from: from, bytes: body))
         default:
             return
         }

@@ -474,8 +474,8 @@ final class HubCore: Sendable {
         }
     }
 
-    /// Another node asks for this node's own view (cluster-wide `connections` and `channel`): answered like a local
-    /// admin request, without asking further.
+    /// Another node asks for this node's own view (cluster-wide `connections` and `channel`) or action
+    /// (`disconnect`): answered like a local admin request, without asking further.
     private func answerOtherNode(_ line: [UInt8], _ done: @escaping @Sendable ([UInt8]) -> Void) {
         let parsed: ParsedSocketRequest
         do {
@@ -494,8 +494,12 @@ final class HubCore: Sendable {
         case .channel(let name, let account):
             guard let index = channelIndex[name] else { return done(notConfigured()) }
             channelJSON(index, account: account, id: nil, done)
+        case .disconnect(let target, let code, let reason, _):
+            disconnect(target, code: code, reason: reason) { count in
+                done(Self.disconnectReply(count, target: target, node: nil, id: nil))
+            }
         default:
-            done(replyLine { SocketReplies.error(code: .unknownOp, message: "nodes answer only connections and channel", id: nil, into: &$0) })
+            done(replyLine { SocketReplies.error(code: .unknownOp, message: "nodes answer only connections, channel and disconnect", id: nil, into: &$0) })
         }
     }
 

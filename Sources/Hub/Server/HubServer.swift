@@ -49,6 +49,15 @@ public final class HubServer: Sendable {
             redisBroker = RedisBroker(channelNames: configuration.channels, shards: contexts.map { LoopShard(context: $0) },
                                       options: configuration.redisBrokerOptions(endpoint), loop: group.loops[0], log: log)
         }
+        if let broker = redisBroker {
+            // Cluster-wide tails: loop 0's ledger tells the other nodes of its tails and forwards them its events.
+            let ledgerContext = contexts[0]
+            ledgerContext.ledger?.cluster = PublishLedger.TailLinks(
+                nodeID: broker.nodeID, announce: { broker.sendTail($0, to: nil) }, forward: { broker.sendTail($1, to: $0) })
+            broker.setTailHandler { message in
+                ledgerContext.loop.execute { ledgerContext.ledger?.received(message, now: monotonicNanos()) }
+            }
+        }
         // In cluster mode numbering and history live in Redis: no state file.
         let saved = redisBroker == nil ? StateFile.load(directory: configuration.stateDirectory, log: log) : nil
         let listenText = Mutex("")

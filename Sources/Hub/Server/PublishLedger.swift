@@ -1,6 +1,32 @@
 /// What has been published, per channel, and who is tailing: owned by loop 0, where every Unix-socket
 /// connection lives, so it is updated when a batch completes without any lock.
 final class PublishLedger {
+    /// A tail on another node (cluster mode): this node's matching events are forwarded to it, at most
+    /// `forwardPerSecond` lines a second (the rest are counted and reported in one `skipped` line), until it ends
+    /// or its lease (`leaseNanos`, renewed every `renewNanos` by its node) runs out.
+    struct RemoteTail {
+        var node: String
+        var id: UInt64
+        var channel: Int
+        var account: AccountID?
+        var expiresAt: UInt64
+        var sentThisSecond = 0
+        var skipped = 0
+    }
+
+    /// How the ledger reaches the other nodes (set by the hub in cluster mode).
+    struct TailLinks {
+        let nodeID: String
+        /// Tells the other nodes of a local tail (`.start`, also to renew it) or its end (`.stop`).
+        let announce: (TailMessage) -> Void
+        /// Sends one line to the node whose tail asked for it.
+        let forward: (_ node: String, _ message: TailMessage) -> Void
+    }
+
+    static let forwardPerSecond = 1_000
+    static let leaseNanos: UInt64 = 15_000_000_000
+    static let renewNanos: UInt64 = 5_000_000_000
+
     struct RecentEvent {
         var type: String
         var account: AccountID?
@@ -22,7 +48,12 @@ final class PublishLedger {
     private(set) var channels: [ChannelRecord]
     private(set) var totalPublished = 0
     private(set) var totalDelivered = 0
-    private var tails: [SocketConnection] = []
+    private var tails: [(id: UInt64, connection: SocketConnection)] = []
+    private var nextTailID: UInt64 = 0
+    /// Cluster mode: the other nodes' tails this node forwards its events to, and how it reaches them.
+    private(set) var remoteTails: [RemoteTail] = []
+    var cluster: TailLinks?
+    private var lastRenewal: UInt64 = 0
     /// (monotonic ns, total published, per-channel published): one sample per second, 11 kept.
     private var samples: [(at: UInt64, total: Int, perChannel: [Int])] = []
     let channelNames: [String]
@@ -51,18 +82,34 @@ final class PublishLedger {
             record.recentNext = (record.recentNext + 1) % Self.recentLimit
             channels[event.channel] = record
         }
-        guard !tails.isEmpty else { return }
+        guard !tails.isEmpty || !remoteTails.isEmpty else { return }
+        let node = cluster?.nodeID
         for (i, event) in events.enumerated() {
             var cached: [UInt8]? = nil
-            for tail in tails {
+            func line() -> [UInt8] {
+                if let cached { return cached }
+                let made = replyLine {
+                    SocketReplies.tailEvent(type: event.type, channel: channelNames[event.channel], account: event.account?.string,
+                                            seq: event.seq, delivered: delivered[i], at: event.wallTime, node: node,
+                                            data: event.data, into: &$0)
+                }
+                cached = made
+                return made
+            }
+            for (_, tail) in tails {
                 guard let filter = tail.tail, filter.channel == event.channel else { continue }
                 if let account = filter.account, account != event.account { continue }
-                let line = cached ?? replyLine {
-                    SocketReplies.tailEvent(type: event.type, channel: channelNames[event.channel], account: event.account?.string,
-                                            seq: event.seq, delivered: delivered[i], at: event.wallTime, data: event.data, into: &$0)
+                tail.sendTailLine(line())
+            }
+            guard let cluster else { continue }
+            for r in remoteTails.indices where remoteTails[r].channel == event.channel {
+                if let account = remoteTails[r].account, account != event.account { continue }
+                if remoteTails[r].sentThisSecond >= Self.forwardPerSecond {
+                    remoteTails[r].skipped += 1
+                    continue
                 }
-                cached = line
-                tail.sendTailLine(line)
+                remoteTails[r].sentThisSecond += 1
+                cluster.forward(remoteTails[r].node, .line(id: remoteTails[r].id, from: cluster.nodeID, bytes: line()))
             }
         }
     }
@@ -75,10 +122,65 @@ final class PublishLedger {
         return ordered.reversed()
     }
 
-    func addTail(_ connection: SocketConnection) { tails.append(connection) }
-    func removeTail(_ connection: SocketConnection) { tails.removeAll { $0 === connection } }
+    /// A local tail starts; in cluster mode the other nodes are told, so they forward their events to it.
+    func addTail(_ connection: SocketConnection) {
+        nextTailID += 1
+        tails.append((nextTailID, connection))
+        if let cluster, let filter = connection.tail {
+            cluster.announce(.start(id: nextTailID, from: cluster.nodeID, channel: channelNames[filter.channel],
+                                    account: filter.account?.string))
+        }
+    }
+
+    func removeTail(_ connection: SocketConnection) {
+        guard let i = tails.firstIndex(where: { $0.connection === connection }) else { return }
+        let id = tails.remove(at: i).id
+        if let cluster { cluster.announce(.stop(id: id, from: cluster.nodeID)) }
+    }
+
+    /// Another node's tail message (cluster mode).
+    func received(_ message: TailMessage, now: UInt64) {
+        switch message {
+        case .start(let id, let node, let channelName, let account):
+            guard let channel = channelNames.firstIndex(of: channelName) else { return }  // not configured here
+            let expiresAt = now + Self.leaseNanos
+            if let r = remoteTails.firstIndex(where: { $0.node == node && $0.id == id }) {
+                remoteTails[r].expiresAt = expiresAt
+            } else {
+                remoteTails.append(RemoteTail(node: node, id: id, channel: channel, account: account.map { AccountID($0) },
+                                              expiresAt: expiresAt))
+            }
+        case .stop(let id, let node):
+            remoteTails.removeAll { $0.node == node && $0.id == id }
+        case .line(let id, _, let bytes):
+            tails.first { $0.id == id }?.connection.sendTailLine(bytes)
+        }
+    }
 
     func sample(now: UInt64) {
+        if let cluster {
+            // Once a second: report what each remote tail skipped, drop expired leases, renew our own.
+            for r in remoteTails.indices {
+                if remoteTails[r].skipped > 0 {
+                    let line = replyLine {
+                        SocketReplies.tailSkipped(node: cluster.nodeID, channel: channelNames[remoteTails[r].channel],
+                                                  events: remoteTails[r].skipped, perSecond: Self.forwardPerSecond, into: &$0)
+                    }
+                    cluster.forward(remoteTails[r].node, .line(id: remoteTails[r].id, from: cluster.nodeID, bytes: line))
+                }
+                remoteTails[r].sentThisSecond = 0
+                remoteTails[r].skipped = 0
+            }
+            remoteTails.removeAll { $0.expiresAt <= now }
+            if now >= lastRenewal + Self.renewNanos {
+                lastRenewal = now
+                for (id, connection) in tails {
+                    guard let filter = connection.tail else { continue }
+                    cluster.announce(.start(id: id, from: cluster.nodeID, channel: channelNames[filter.channel],
+                                            account: filter.account?.string))
+                }
+            }
+        }
         samples.append((now, totalPublished, channels.map(\.published)))
         if samples.count > 11 { samples.removeFirst(samples.count - 11) }
     }

@@ -167,17 +167,10 @@ final class SocketConnection: ConnectionHandler {
                     hub.withOtherNodes(local, asking: request, done)
                 }
             }
-        case .disconnect(let target, let code, let reason):
+        case .disconnect(let target, let code, let reason, let node):
+            let request = Array(line)  // cluster mode: the other nodes (or the one named) are asked the same
             pending(estimate: Self.minimumWeight) { hub, done in
-                hub.disconnect(target, code: code, reason: reason) { count in
-                    if count == 0, case .connection(let cid) = target {
-                        done(replyLine {
-                            SocketReplies.error(SocketRequestError(.notFound, "no connection with id \"\(cid)\"", id: id), into: &$0)
-                        })
-                    } else {
-                        done(replyLine { SocketReplies.disconnected(count, id: id, into: &$0) })
-                    }
-                }
+                hub.operatorDisconnect(target, code: code, reason: reason, node: node, line: request, id: id, done)
             }
         case .nodes:
             pending(estimate: 4096) { hub, done in hub.nodesJSON(id: id, done) }
