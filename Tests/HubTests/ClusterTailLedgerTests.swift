@@ -92,4 +92,16 @@ import Testing
         ledger.sample(now: 10 * Self.second + PublishLedger.leaseNanos)
         #expect(ledger.remoteTails.isEmpty)
     }
+
+    @Test func aNodeKeepsABoundedNumberOfRemoteTails() {
+        let (ledger, _) = Self.ledger()
+        for id in 1...UInt64(PublishLedger.maxRemoteTails + 10) {
+            ledger.received(.start(id: id, from: "a", channel: "wallet_updates", account: nil), now: 0)
+        }
+        #expect(ledger.remoteTails.count == PublishLedger.maxRemoteTails)
+        // A known tail still renews at the cap.
+        ledger.received(.start(id: 1, from: "a", channel: "wallet_updates", account: nil), now: 10 * Self.second)
+        ledger.sample(now: PublishLedger.leaseNanos + Self.second)
+        #expect(ledger.remoteTails.map(\.id) == [1])
+    }
 }

@@ -26,6 +26,9 @@ final class PublishLedger {
     static let forwardPerSecond = 1_000
     static let leaseNanos: UInt64 = 15_000_000_000
     static let renewNanos: UInt64 = 5_000_000_000
+    /// Other nodes' tails this node forwards to, at most (an operator's tails are a handful; this bounds what a
+    /// runaway or foreign publisher on the control channels could make a node keep).
+    static let maxRemoteTails = 256
 
     struct RecentEvent {
         var type: String
@@ -146,13 +149,15 @@ final class PublishLedger {
             let expiresAt = now + Self.leaseNanos
             if let r = remoteTails.firstIndex(where: { $0.node == node && $0.id == id }) {
                 remoteTails[r].expiresAt = expiresAt
-            } else {
+            } else if remoteTails.count < Self.maxRemoteTails {
                 remoteTails.append(RemoteTail(node: node, id: id, channel: channel, account: account.map { AccountID($0) },
                                               expiresAt: expiresAt))
             }
         case .stop(let id, let node):
             remoteTails.removeAll { $0.node == node && $0.id == id }
         case .line(let id, _, let bytes):
+            // Exactly one line (what another node's ledger writes), so nothing can be spliced into the tail's stream.
+            guard bytes.count > 1, bytes.firstIndex(of: 0x0A) == bytes.count - 1 else { return }
             tails.first { $0.id == id }?.connection.sendTailLine(bytes)
         }
     }
