@@ -97,7 +97,7 @@ extension HubCore {
     }
 
     /// `"cluster":{"nodes":[{"node":ID,"reply":{…}}],"missing":[IDs]}`: other nodes' replies, embedded only if valid
-    /// JSON (another node's words; the same shape as `withOtherNodes`).
+    /// JSON (another node's words). Used by `withOtherNodes` and the cluster-wide `disconnect`.
     static func writeCluster(_ replies: [(node: String, reply: [UInt8])], missing: [String], into w: inout JSONWriter) {
         w.key("cluster"); w.beginObject()
         w.key("nodes"); w.beginArray()

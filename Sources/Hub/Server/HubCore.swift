@@ -447,30 +447,13 @@ final class HubCore: Sendable {
         guard let redisBroker, local.count >= 2, local[local.count - 2] == UInt8(ascii: "}"), local.last == 0x0A,
               local.starts(with: Array(#"{"ok":true"#.utf8)) else { return done(local) }
         redisBroker.ask(request) { replies, missing in
-            func quoted(_ text: String) -> [UInt8] {
-                var w = JSONWriter(capacity: text.utf8.count + 8)
-                w.string(text)
-                return w.takeBytes()
-            }
-            var out = Array(local.dropLast(2))
-            out += Array(#","cluster":{"nodes":["#.utf8)
-            for (i, (node, reply)) in replies.enumerated() {
-                if i > 0 { out.append(UInt8(ascii: ",")) }
-                out += Array(#"{"node":"#.utf8) + quoted(node) + Array(#","reply":"#.utf8)
-                var body = reply
-                while body.last == 0x0A || body.last == 0x0D { body.removeLast() }
-                // Another node's words: embedded only if they are valid JSON.
-                let valid = body.withUnsafeBytes { (try? JSONScanner.validate($0)) != nil }
-                out += valid ? body : Array("null".utf8)
-                out.append(UInt8(ascii: "}"))
-            }
-            out += Array(#"],"missing":["#.utf8)
-            for (i, node) in missing.enumerated() {
-                if i > 0 { out.append(UInt8(ascii: ",")) }
-                out += quoted(node)
-            }
-            out += Array("]}}\n".utf8)
-            done(out)
+            // `local` without its closing "}\n", then the cluster member and the close again.
+            var w = JSONWriter(capacity: local.count + 64 + replies.reduce(0) { $0 + $1.reply.count + 32 })
+            local.withUnsafeBytes { w.raw(UnsafeRawBufferPointer(rebasing: $0.dropLast(2))) }
+            Self.writeCluster(replies, missing: missing, into: &w)
+            w.endObject()
+            w.newline()
+            done(w.takeBytes())
         }
     }
 
