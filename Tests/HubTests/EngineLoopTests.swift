@@ -111,6 +111,69 @@ struct EngineLoopTests {
         #expect(wheel.count == 0)
     }
 
+    /// Thousands of timers (freed entries reused, the entry array grown while actions run) with
+    /// random delays, cancels and reschedules, some made by firing actions: each fires exactly once, at the tick a
+    /// model computes, and the cancelled ones never.
+    @Test func wheelManyTimersMatchAModel() {
+        let tick: UInt64 = 10
+        let wheel = TimerWheel(tickNanos: tick, slots: 64, nowNanos: 0)
+        var rng = SplitMix64(seed: 0x71AE)
+        final class Log { var firedAt: [Int: [UInt64]] = [:] }
+        let log = Log()
+        var expected: [Int: UInt64] = [:]    // timer id -> the tick it must fire at
+        var handles: [Int: TimerHandle] = [:]
+        var nextID = 0
+        func due(_ delay: UInt64) -> UInt64 { max((wheel.nowNanos + delay + tick - 1) / tick, wheel.currentTick + 1) }
+        func add(_ delay: UInt64, spawning: Bool) {
+            let id = nextID
+            nextID += 1
+            expected[id] = due(delay)
+            handles[id] = wheel.schedule(afterNanos: delay) {
+                log.firedAt[id, default: []].append(wheel.currentTick)
+                if spawning {
+                    // An action that makes a timer: the new one is due a tick or more later.
+                    let child = nextID
+                    nextID += 1
+                    expected[child] = due(25)
+                    handles[child] = wheel.schedule(afterNanos: 25) { log.firedAt[child, default: []].append(wheel.currentTick) }
+                }
+            }
+        }
+        var now: UInt64 = 0
+        for round in 0..<40 {
+            for _ in 0..<150 { add(1 + rng.next() % 3000, spawning: rng.next() % 10 == 0) }
+            // Cancel or move some pending ones.
+            for (id, handle) in handles where log.firedAt[id] == nil && expected[id] != nil {
+                switch rng.next() % 8 {
+                case 0:
+                    #expect(wheel.cancel(handle))
+                    expected[id] = nil
+                case 1:
+                    let delay = 1 + rng.next() % 6000
+                    let at = due(delay)
+                    #expect(wheel.reschedule(handle, afterNanos: delay))
+                    expected[id] = at
+                default: break
+                }
+            }
+            now += 1 + rng.next() % (round < 30 ? 300 : 2000)
+            // Advance in steps short of a revolution, so every timer fires at its own tick.
+            while wheel.nowNanos < now { wheel.advance(toNanos: min(now, wheel.nowNanos + 1 + rng.next() % (40 * tick))) }
+        }
+        wheel.advance(toNanos: now + 100_000 * tick)  // a long stall: everything left fires in one sweep
+        wheel.advance(toNanos: now + 100_100 * tick)  // and the children that sweep's actions made
+        #expect(wheel.count == 0)
+        for (id, at) in expected {
+            guard let fired = log.firedAt[id] else { Issue.record("timer \(id) never fired"); continue }
+            #expect(fired.count == 1, "timer \(id) fired \(fired.count) times")
+            // Those left for the final stall fire at the sweep's tick, later than due; all others exactly when due.
+            #expect(fired[0] == at || (fired[0] > at && at > now / tick), "timer \(id) due at tick \(at) fired at \(fired[0])")
+        }
+        let cancelled = Set(handles.keys).subtracting(expected.keys)
+        #expect(!cancelled.isEmpty && cancelled.allSatisfy { log.firedAt[$0] == nil })
+        #expect(nextID > 6000)
+    }
+
     @Test func realTimerFiresOnTheLoop() throws {
         let loop = try EventLoop(configuration: testLoopConfiguration(tickMillis: 10))
         defer { loop.stop(); loop.join() }

@@ -287,14 +287,16 @@ final class AssassinHandler: ConnectionHandler {
         self.log = log
     }
     func connectionReadable(_ c: Connection, _ b: UnsafeMutableRawBufferPointer) -> Int {
-        if c.isOpen { log.value.append("read \(c.tag)") }
+        if c.isOpen { log.value.append("read \(tag(c))") }
         for v in victims.value where v !== c && v.isOpen {
             v.close(.abort)
-            log.value.append("closed \(v.tag)")
+            log.value.append("closed \(tag(v))")
         }
         return b.count
     }
-    func connectionClosed(_ c: Connection, reason: CloseReason) { log.value.append("closedCallback \(c.tag)") }
+    func connectionClosed(_ c: Connection, reason: CloseReason) { log.value.append("closedCallback \(tag(c))") }
+    /// A victim's number: its place in `victims`.
+    private func tag(_ c: Connection) -> Int { victims.value.firstIndex { $0 === c } ?? -1 }
 }
 
 /// Only touched on the loop thread.
@@ -310,7 +312,6 @@ struct EngineDeferredCloseTests {
         let listener = try TCPListener.bind(SocketAddress(parsing: "127.0.0.1:0"), on: [loop]) { _ in
             let d = TestDelegate { AssassinHandler(victims: victims, log: log) }
             d.onAccept = { [unowned d] c in
-                c.tag = victims.value.count
                 victims.value.append(c)
                 d.connections.removeAll()  // only `victims` (and the engine) hold connections here
             }

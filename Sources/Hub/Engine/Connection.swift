@@ -48,30 +48,30 @@ public final class Connection {
 
     private enum State { case open, draining, halfClosed, closed }
 
+    // Stored properties are laid out in declaration order: the small ones are grouped so that no padding is left
+    // between them (issue 12: an idle connection's memory; 208 bytes, a 224-byte malloc block, 256 before).
+
     /// The socket; valid until the connection closes.
     public let fd: Int32
+    private let generation: UInt32
     public unowned let loop: EventLoop
     /// "ip:port", "[v6]:port" or "unix".
     public let peer: String
     public private(set) var handler: (any ConnectionHandler)?
     /// The outbound cap (bytes queued but not yet accepted by the kernel).
     public var maxQueuedBytes: Int
+    private var out = OutboundQueue()
+    private var spill = UnsafeMutableRawBufferPointer(start: nil, count: 0)
+    private var spillCount = 0
+    private var lingerTimer = TimerHandle.none
+    private var interest: UInt32 = Epoll.readable
+    private var closeReason = CloseReason.closed
+    private var state = State.open
     /// When true (the default) writes are flushed at the end of the loop iteration; when false each
     /// write is attempted immediately.
     public var corked = true
-    /// Free slot for the owner (e.g. an index into a connection table).
-    public var tag = 0
-
-    private let generation: UInt32
-    private var state = State.open
-    private var closeReason = CloseReason.closed
-    private var out = OutboundQueue()
-    private var interest: UInt32 = Epoll.readable
     private var flushScheduled = false
     private var readingPaused = false
-    private var lingerTimer = TimerHandle.none
-    private var spill = UnsafeMutableRawBufferPointer(start: nil, count: 0)
-    private var spillCount = 0
     /// `resumeReading` queued a `redeliver` of the held bytes.
     private var redeliveryScheduled = false
     /// The peer's EOF was read and the handler kept the connection open to finish writing
@@ -79,17 +79,17 @@ public final class Connection {
     private var inputEnded = false
 
     private enum TLSPhase { case none, handshaking, established }
-    /// The OpenSSL session (`SSL*`), for a TLS connection; freed at the end of the iteration the connection closed in
-    /// (never under a call that may still use it).
-    private var ssl: OpaquePointer?
     private var tlsPhase = TLSPhase.none
-    private var tlsContext: TLSContext?
     /// A server connection has looked at the first byte (a TLS record, or plain HTTP to answer in the clear).
     private var tlsSniffed = false
     /// OpenSSL wants the socket writable to finish a read (a TLS 1.3 KeyUpdate answer), or readable to finish a
     /// write: the opposite event retries the other direction.
     private var tlsReadWantsWrite = false
     private var tlsWriteWantsRead = false
+    /// The OpenSSL session (`SSL*`), for a TLS connection; freed at the end of the iteration the connection closed in
+    /// (never under a call that may still use it).
+    private var ssl: OpaquePointer?
+    private var tlsContext: TLSContext?
     /// A TLS 1.3 server connection after its handshake: the hub's own record layer, and no `SSL` any more.
     private var records: TLSRecordLayer?
     /// Where OpenSSL's key-log callback leaves the application traffic secrets during a server handshake.

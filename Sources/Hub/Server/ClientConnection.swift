@@ -24,8 +24,6 @@ final class ClientConnection: ConnectionHandler {
     var connection: Connection!
     let serial: Int
     let connectedAt = wallClockSeconds()
-    var phase = Phase.http
-    var mode = Mode.hub
     /// Only until the request head is complete, then dropped with its buffers. Boxed, so an upgraded connection
     /// carries a nil pointer rather than the parser's inline size (idle connections are most of the hub's memory).
     private final class ParserBox { var parser = HTTPRequestParser() }
@@ -40,19 +38,12 @@ final class ClientConnection: ConnectionHandler {
         init(_ reader: MessageReader) { self.reader = reader }
     }
     private var compressor: PerMessageDeflater?
-    private var closeHandshake = CloseHandshake(role: .server)
 
     // Identity (after the handshake)
     var account = AccountID("")
     var tokenExpiresAt: Int64 = 0
     var platform: String?
     var appVersion: String?
-    private var warnedExpiry = false
-    /// Counted against `--max-connections-per-account` (released when the connection closes).
-    private var countedForAccount = false
-    /// Upgraded without a token (a browser's way): the first message must be `auth`, within the handshake timeout.
-    /// Until then the connection has no account, accepts nothing else and counts as handshaking.
-    private(set) var awaitingAuth = false
 
     /// The subprotocol name of the hub's JSON protocol, answered when a client offers it (RFC 6455 §4.2.2).
     static let subprotocol = "hub.v1"
@@ -73,8 +64,6 @@ final class ClientConnection: ConnectionHandler {
     }
     private var floors: [Floor] = []
     private var floorToken = 0
-    /// A subscribe waits for the broker's answer: reading from the client is paused.
-    private var attaching = false
     /// Live events of the streams a waiting subscribe adds, held until the answer (bounded by the outbound cap).
     private var held: [PublishedEvent] = []
     private var heldBytes = 0
@@ -90,9 +79,23 @@ final class ClientConnection: ConnectionHandler {
     private var pongDeadline: UInt64 = 0
     private var closeDeadline: UInt64 = 0
     private var limiter: RateLimiter
+
+    // The small fields together, after the others: stored properties are laid out in declaration order, so spread
+    // among 8-byte fields each would take 8 (issue 12: an idle connection's memory).
+    var phase = Phase.http
+    var mode = Mode.hub
+    private var closeHandshake = CloseHandshake(role: .server)
     private var gauge = Gauge.none
     /// The peer's close frame has arrived.
     private var peerClosed = false
+    private var warnedExpiry = false
+    /// Counted against `--max-connections-per-account` (released when the connection closes).
+    private var countedForAccount = false
+    /// Upgraded without a token (a browser's way): the first message must be `auth`, within the handshake timeout.
+    /// Until then the connection has no account, accepts nothing else and counts as handshaking.
+    private(set) var awaitingAuth = false
+    /// A subscribe waits for the broker's answer: reading from the client is paused.
+    private var attaching = false
 
     init(context: LoopContext, serial: Int) {
         self.context = context
@@ -519,7 +522,7 @@ final class ClientConnection: ConnectionHandler {
         }
         floorToken += 1
         request.token = floorToken
-        let me = LoopBound(self)
+        let me = ClientRef(self)
         let loop = context.loop
         let pending = LoopOwned(request)
         if let positions = hub.broker.attach(reads, completion: { result in
@@ -619,7 +622,7 @@ final class ClientConnection: ConnectionHandler {
         // Runs after every delivery job that was in this loop's inbox when the positions were read (the inbox is
         // FIFO): from then on, every event for these streams is above its floor.
         guard dropFloorsAfterInbox else { return }
-        let me = LoopBound(self)
+        let me = ClientRef(self)
         let token = request.token
         context.loop.execute { me.value?.dropFloors(upTo: token) }
     }
@@ -987,4 +990,18 @@ final class ClientConnection: ConnectionHandler {
         }
         armTimer()
     }
+}
+
+/// A client connection found again later, on its loop, by its serial in `LoopContext.clients` (nil once it has
+/// closed): what the subscribe path's deferred jobs hold instead of a weak reference. Swift gives an object a side
+/// table at its first weak reference, kept for the object's life (48 bytes of heap per subscribed connection:
+/// issue 12's idle memory). Read `value` only on the connection's loop.
+struct ClientRef: @unchecked Sendable {
+    private let context: LoopContext
+    private let serial: Int
+    init(_ client: ClientConnection) {
+        context = client.context
+        serial = client.serial
+    }
+    var value: ClientConnection? { context.clients[serial] }
 }
