@@ -48,6 +48,30 @@ struct EngineTCPTests {
         listener.close()
     }
 
+    /// A loop's registration table holds its own registrations by key, and a closed connection's key goes to the
+    /// next one: three rounds of 40 connections, each echoing a frame of its own (so events reach the connection they
+    /// belong to, with keys reused and stale generations around), leave the table at 40 connections and the listener,
+    /// not 120.
+    @Test func registrationKeysAreReusedAndEventsReachTheirOwners() throws {
+        let loop = try EventLoop()
+        defer { loop.stop(); loop.join() }
+        let listener = try TCPListener.bind(SocketAddress(parsing: "127.0.0.1:0"), on: [loop]) { _ in TestDelegate { FramedEchoHandler() } }
+        defer { listener.close() }
+        for round in 0..<3 {
+            let clients = (0..<40).map { _ in TestClient.connect(port: listener.port) }
+            for (i, fd) in clients.enumerated() {
+                let body = Array("round \(round) client \(i)".utf8)
+                let frame = withUnsafeBytes(of: UInt32(body.count).bigEndian) { Array($0) } + body
+                #expect(TestClient.writeAll(fd, frame))
+                #expect(TestClient.read(fd, count: frame.count) == frame, "round \(round) client \(i)")
+            }
+            clients.forEach { _ = close($0) }
+            #expect(waitUntil(loop) { loop.metrics.openConnections == 0 })
+            let slots = try loop.submitAndWait { loop.registrationSlots }
+            #expect(slots <= 41, "round \(round): \(slots) slots")
+        }
+    }
+
     /// Every accepted TCP socket has TCP_NODELAY (set once on the listening socket, which Linux's accept copies).
     @Test func acceptedSocketsHaveNoDelay() throws {
         let group = try EventLoopGroup(loopCount: 1)

@@ -64,6 +64,8 @@ public final class Connection {
     private var spill = UnsafeMutableRawBufferPointer(start: nil, count: 0)
     private var spillCount = 0
     private var lingerTimer = TimerHandle.none
+    /// This connection's key in its loop's registration table.
+    private var key: UInt32 = 0
     private var interest: UInt32 = Epoll.readable
     private var closeReason = CloseReason.closed
     private var state = State.open
@@ -127,7 +129,7 @@ public final class Connection {
         }
         generation = loop.reserveGeneration()
         do {
-            try loop.register(self, fd: fd, generation: generation, events: interest)
+            key = try loop.register(self, fd: fd, generation: generation, events: interest)
         } catch {
             closeFD(fd)
             throw error
@@ -248,7 +250,7 @@ public final class Connection {
         guard events != interest, state != .closed else { return }
         interest = events
         do {
-            try loop.reregister(fd: fd, generation: generation, events: events)
+            try loop.reregister(fd: fd, key: key, generation: generation, events: events)
         } catch {
             closeNow(reason: .error(error.code), abortive: false)
         }
@@ -603,7 +605,7 @@ public final class Connection {
             var l = linger(l_onoff: 1, l_linger: 0)
             setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, socklen_t(MemoryLayout<linger>.size))
         }
-        loop.deregister(fd: fd, generation: generation)
+        loop.deregister(fd: fd, key: key, generation: generation)
         closeFD(fd)
         out.removeAll()
         spillCount = 0

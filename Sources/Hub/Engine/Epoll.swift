@@ -2,8 +2,9 @@ import Glibc
 
 /// A thin owner of one epoll set and its preallocated event array.
 ///
-/// User data is `fd | generation << 32`: when an fd is closed and its number reused within one
-/// `epoll_wait` batch, the loop compares the generation and drops the stale event instead of
+/// User data is `key | generation << 32`, where the key is the registrant's slot in its loop's table (not the fd
+/// number: a loop's table then spans only its own registrations). When a registration ends and its slot or fd is
+/// reused within one `epoll_wait` batch, the loop compares the generation and drops the stale event instead of
 /// delivering it to the new owner.
 final class Epoll {
     /// Interest bits, spelled once so callers don't repeat the `rawValue` dance.
@@ -30,26 +31,29 @@ final class Epoll {
         closeFD(fd)
     }
 
+    /// The key of the loop's own wake-up eventfd.
+    static let wakeKey = UInt32.max
+
     @inline(__always)
-    static func pack(fd: Int32, generation: UInt32) -> UInt64 {
-        UInt64(UInt32(bitPattern: fd)) | UInt64(generation) << 32
+    static func pack(key: UInt32, generation: UInt32) -> UInt64 {
+        UInt64(key) | UInt64(generation) << 32
     }
 
-    private func control(_ op: Int32, _ name: StaticString, fd target: Int32, generation: UInt32, events mask: UInt32) throws(SyscallError) {
+    private func control(_ op: Int32, _ name: StaticString, fd target: Int32, key: UInt32, generation: UInt32, events mask: UInt32) throws(SyscallError) {
         var event: (UInt64, UInt64) = (0, 0)  // 16 bytes, enough for either layout
         withUnsafeMutableBytes(of: &event) { raw in
             raw.storeBytes(of: mask, toByteOffset: 0, as: UInt32.self)
-            raw.storeBytes(of: Epoll.pack(fd: target, generation: generation), toByteOffset: LinuxSyscalls.epollDataOffset, as: UInt64.self)
+            raw.storeBytes(of: Epoll.pack(key: key, generation: generation), toByteOffset: LinuxSyscalls.epollDataOffset, as: UInt64.self)
         }
         _ = try syscallBlocking(name) { withUnsafeMutableBytes(of: &event) { sys_epoll_ctl(fd, op, target, $0.baseAddress) } }
     }
 
-    func add(fd target: Int32, generation: UInt32, events mask: UInt32) throws(SyscallError) {
-        try control(LinuxSyscalls.EPOLL_CTL_ADD, "epoll_ctl(ADD)", fd: target, generation: generation, events: mask)
+    func add(fd target: Int32, key: UInt32, generation: UInt32, events mask: UInt32) throws(SyscallError) {
+        try control(LinuxSyscalls.EPOLL_CTL_ADD, "epoll_ctl(ADD)", fd: target, key: key, generation: generation, events: mask)
     }
 
-    func modify(fd target: Int32, generation: UInt32, events mask: UInt32) throws(SyscallError) {
-        try control(LinuxSyscalls.EPOLL_CTL_MOD, "epoll_ctl(MOD)", fd: target, generation: generation, events: mask)
+    func modify(fd target: Int32, key: UInt32, generation: UInt32, events mask: UInt32) throws(SyscallError) {
+        try control(LinuxSyscalls.EPOLL_CTL_MOD, "epoll_ctl(MOD)", fd: target, key: key, generation: generation, events: mask)
     }
 
     func remove(fd target: Int32) {
@@ -65,13 +69,13 @@ final class Epoll {
         }
     }
 
-    /// The i-th ready event as (fd, generation, event bits).
+    /// The i-th ready event as (key, generation, event bits).
     @inline(__always)
-    func event(at index: Int) -> (fd: Int32, generation: UInt32, events: UInt32) {
+    func event(at index: Int) -> (key: UInt32, generation: UInt32, events: UInt32) {
         let base = events + index * LinuxSyscalls.epollEventSize
         let mask = base.loadUnaligned(as: UInt32.self)
         let data = base.loadUnaligned(fromByteOffset: LinuxSyscalls.epollDataOffset, as: UInt64.self)
-        return (Int32(bitPattern: UInt32(truncatingIfNeeded: data)), UInt32(truncatingIfNeeded: data >> 32), mask)
+        return (UInt32(truncatingIfNeeded: data), UInt32(truncatingIfNeeded: data >> 32), mask)
     }
 }
 

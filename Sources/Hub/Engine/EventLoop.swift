@@ -49,6 +49,7 @@ public final class EventLoop: @unchecked Sendable {
     private struct Registration {
         var target: (any LoopSelectable)?
         var generation: UInt32 = 0
+        var fd: Int32 = -1
     }
 
     /// Position in its group (0 for a standalone loop).
@@ -58,7 +59,11 @@ public final class EventLoop: @unchecked Sendable {
     private let wakeFD: Int32
     private let inbox = Mutex(Inbox())
     private var running: [@Sendable () -> Void] = []
+    /// By key (the slot handed out by `register`): this loop's registrations only, grown one at a time (a table by
+    /// descriptor number spanned every descriptor of the process in every loop: ~80 bytes per connection with two
+    /// loops, issue 12).
     private var registrations: [Registration] = []
+    private var freeKeys: [UInt32] = []
     private var nextGeneration: UInt32 = 1
     private var thread: pthread_t = 0
     private var threadID: pthread_t = 0
@@ -112,7 +117,7 @@ public final class EventLoop: @unchecked Sendable {
         tlsStaging = .allocate(byteCount: EventLoop.tlsRecordSize, alignment: 16)
         // Generation 0 is never handed out, so the wake fd's events can't be mistaken for a handler's.
         // (Every stored property is set by now, so on a throw `deinit` runs and closes the fds.)
-        try epoll.add(fd: wakeFD, generation: 0, events: Epoll.input)
+        try epoll.add(fd: wakeFD, key: Epoll.wakeKey, generation: 0, events: Epoll.input)
         if drivenByCaller {
             threadID = pthread_self()
             joined.withLock { $0 = true }  // no thread to join
@@ -276,36 +281,49 @@ public final class EventLoop: @unchecked Sendable {
         return timers.cancel(timer)
     }
 
-    /// Registers `target` for `events` on `fd` under `generation` (from `reserveGeneration`).
-    func register(_ target: any LoopSelectable, fd: Int32, generation: UInt32, events: UInt32) throws(SyscallError) {
+    /// Registers `target` for `events` on `fd` under `generation` (from `reserveGeneration`). Returns its key, which
+    /// `reregister` and `deregister` take (and a listener that leaves epoll and comes back passes to `epoll.add`).
+    func register(_ target: any LoopSelectable, fd: Int32, generation: UInt32, events: UInt32) throws(SyscallError) -> UInt32 {
         assertInLoop()
-        let slot = Int(fd)
-        if slot >= registrations.count {
-            registrations.append(contentsOf: repeatElement(Registration(), count: max(slot + 1 - registrations.count, registrations.count, 64)))
+        let key: UInt32
+        if let free = freeKeys.popLast() {
+            key = free
+        } else {
+            key = UInt32(registrations.count)  // below wakeKey: a loop never holds 4 billion registrations
+            registrations.append(Registration())
         }
-        try epoll.add(fd: fd, generation: generation, events: events)
-        registrations[slot] = Registration(target: target, generation: generation)
+        do {
+            try epoll.add(fd: fd, key: key, generation: generation, events: events)
+        } catch {
+            freeKeys.append(key)
+            throw error
+        }
+        registrations[Int(key)] = Registration(target: target, generation: generation, fd: fd)
+        return key
     }
 
-    func reregister(fd: Int32, generation: UInt32, events: UInt32) throws(SyscallError) {
-        try epoll.modify(fd: fd, generation: generation, events: events)
+    func reregister(fd: Int32, key: UInt32, generation: UInt32, events: UInt32) throws(SyscallError) {
+        try epoll.modify(fd: fd, key: key, generation: generation, events: events)
     }
 
-    /// Removes `fd` from epoll and from the table (only if the slot still holds `generation`).
-    func deregister(fd: Int32, generation: UInt32) {
+    /// Removes `fd` from epoll, and its registration from the table (only if `key` still holds `generation`).
+    func deregister(fd: Int32, key: UInt32, generation: UInt32) {
         assertInLoop()
         epoll.remove(fd: fd)
-        let slot = Int(fd)
-        if slot < registrations.count && registrations[slot].generation == generation {
+        let slot = Int(key)
+        if slot < registrations.count && registrations[slot].generation == generation && registrations[slot].target != nil {
             registrations[slot] = Registration()
+            freeKeys.append(key)
         }
     }
 
-    /// The object registered for `fd`, if any (used to reach listeners from their handles).
+    /// Slots in the registration table, live or free (tests: keys are reused).
+    var registrationSlots: Int { registrations.count }
+
+    /// The object registered for `fd`, if any (used to reach listeners from their handles; a scan: rare).
     func registered(fd: Int32) -> (any LoopSelectable)? {
         assertInLoop()
-        let slot = Int(fd)
-        return slot < registrations.count ? registrations[slot].target : nil
+        return registrations.first { $0.fd == fd && $0.target != nil }?.target
     }
 
     func scheduleFlush(_ c: Connection) { pendingFlush.append(c) }
@@ -346,15 +364,15 @@ public final class EventLoop: @unchecked Sendable {
         timers.updateNow(monotonicNanos())
         var work = 0
         for i in 0..<ready {
-            let (fd, generation, events) = epoll.event(at: i)
-            if fd == wakeFD && generation == 0 {
+            let (key, generation, events) = epoll.event(at: i)
+            if key == Epoll.wakeKey && generation == 0 {
                 var counter: UInt64 = 0
                 _ = try? syscall("read(eventfd)") { Glibc.read(wakeFD, &counter, 8) }
                 continue
             }
-            let slot = Int(fd)
+            let slot = Int(key)
             guard slot < registrations.count, registrations[slot].generation == generation,
-                  let target = registrations[slot].target else { continue }  // stale: fd closed/reused
+                  let target = registrations[slot].target else { continue }  // stale: deregistered, key reused
             target.handleEvents(events)
             work += 1
         }
@@ -415,6 +433,7 @@ public final class EventLoop: @unchecked Sendable {
             if let target = registrations[slot].target { target.loopStopping() }
         }
         registrations.removeAll()
+        freeKeys.removeAll()
         finishIteration()
         // Run what is left so nobody blocked in `submitAndWait` hangs; later jobs are dropped.
         while true {

@@ -33,6 +33,8 @@ final class Listener: LoopSelectable {
     unowned let loop: EventLoop
     let isTCP: Bool
     let generation: UInt32
+    /// Its key in the loop's registration table (kept while it leaves epoll and comes back).
+    private var key: UInt32 = 0
     private let delegate: any ListenerDelegate
     /// Set when other loops listen on the same socket.
     private let shared: SharedDescriptor?
@@ -56,7 +58,7 @@ final class Listener: LoopSelectable {
         events = shared == nil ? Epoll.input : Epoll.input | LinuxSyscalls.EPOLLEXCLUSIVE
         generation = loop.reserveGeneration()
         openReserve()
-        try loop.register(self, fd: fd, generation: generation, events: events)
+        key = try loop.register(self, fd: fd, generation: generation, events: events)
     }
 
     private func openReserve() {
@@ -166,7 +168,7 @@ final class Listener: LoopSelectable {
     /// meanwhile is reported). If even that fails, accepting pauses for one tick (other loops go on).
     private func rearm() {
         do {
-            try loop.epoll.add(fd: fd, generation: generation, events: events)
+            try loop.epoll.add(fd: fd, key: key, generation: generation, events: events)
         } catch {
             pause(registered: false)
         }
@@ -188,7 +190,7 @@ final class Listener: LoopSelectable {
     func close() {
         guard !closed else { return }
         closed = true
-        loop.deregister(fd: fd, generation: generation)
+        loop.deregister(fd: fd, key: key, generation: generation)
         if let shared { shared.release() } else { closeFD(fd) }
         if reserveFD >= 0 { closeFD(reserveFD) }
         reserveFD = -1
