@@ -47,6 +47,8 @@ final class LoopContext: @unchecked Sendable {
     /// Loop 0 only: what was published, and the tails.
     var ledger: PublishLedger?
     var nextSerial = 1
+    /// The last token handed to a client's subscribe (its floors carry it); only grows.
+    var nextFloorToken = 0
     var counters = LoopCounters()
     var latency = LatencyHistogram()
     /// Rates over the last 10 s: one sample per second.
