@@ -1,4 +1,5 @@
 import Dispatch
+import COpenSSL
 import Glibc
 import Synchronization
 import Testing
@@ -70,6 +71,28 @@ struct EngineTCPTests {
             let slots = try loop.submitAndWait { loop.registrationSlots }
             #expect(slots <= 41, "round \(round): \(slots) slots")
         }
+    }
+
+    /// Issue 12's idle memory: a plain connection's `Connection` object is at most 168 bytes, i.e. glibc's 176-byte
+    /// block (its size plus an 8-byte header, rounded up to 16). A field added, or a small one widened or moved between
+    /// 8-byte ones, breaks it: then find the bytes elsewhere (Benchmarks/results/memory/README.md lists the layout).
+    @Test func plainConnectionObjectFitsA176ByteBlock() throws {
+        let group = try EventLoopGroup(loopCount: 1)
+        defer { group.shutdown() }
+        let sizes = Mutex<[Int]>([])
+        let listener = try TCPListener.bind("127.0.0.1:0", on: group) { _ in
+            let d = TestDelegate { SinkHandler() }
+            d.onAccept = { c in
+                sizes.withLock { $0.append(hub_malloc_usable_size(Unmanaged.passUnretained(c).toOpaque())) }
+            }
+            return d
+        }
+        let client = TestClient.connect(port: listener.port)
+        defer { _ = close(client) }
+        #expect(waitUntil(group.loops[0]) { sizes.withLock { $0.count } == 1 })
+        let size = sizes.withLock { $0.first } ?? 0
+        #expect(size > 0 && size <= 168, "malloc_usable_size of a Connection: \(size)")
+        listener.close()
     }
 
     /// Every accepted TCP socket has TCP_NODELAY (set once on the listening socket, which Linux's accept copies).

@@ -13,14 +13,27 @@ struct OutboundQueue {
     /// array (40 bytes and a malloc block less per idle connection). One that did queue several keeps the array's
     /// buffer (up to 64 slots) for the next burst.
     private var chunks = InlineList<SharedBytes>()
-    private var head = 0
+    // The chunk index and the TLS retry length are stored in 32 bits each, so the queue is 40 bytes, not 48 (issue
+    // 12: with `Connection`'s maximum queue as 32 bits, a 176-byte malloc block per connection instead of 192). Both
+    // are bounded far below Int32.max: the index by the number of queued chunks (each at least one byte, and a
+    // connection's queue is capped by --max-queued-bytes, at most 1 GiB, plus one chunk), the retry length by the
+    // TLS staging buffer (16 KiB).
+    private var head32: Int32 = 0
+    private var tlsRetryLength32: Int32 = 0
+    private var head: Int {
+        get { Int(head32) }
+        set { head32 = Int32(newValue) }
+    }
     /// Bytes of `chunks[head]` already written.
     private var headOffset = 0
     /// Total unwritten bytes.
     private(set) var queuedBytes = 0
     /// TLS: the length of the record OpenSSL holds half-written (WANT_WRITE). OpenSSL requires the retry to pass the
     /// same length, so these leading bytes are fixed until it succeeds.
-    private var tlsRetryLength = 0
+    private var tlsRetryLength: Int {
+        get { Int(tlsRetryLength32) }
+        set { tlsRetryLength32 = Int32(newValue) }
+    }
 
     var isEmpty: Bool { queuedBytes == 0 }
     var chunkCount: Int { chunks.count - head }
