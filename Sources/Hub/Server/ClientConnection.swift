@@ -27,12 +27,26 @@ final class ClientConnection: ConnectionHandler {
     /// Only until the request head is complete, then dropped with its buffers. Boxed, so an upgraded connection
     /// carries a nil pointer rather than the parser's inline size (idle connections are most of the hub's memory).
     private final class ParserBox { var parser = HTTPRequestParser() }
-    private var httpParser: ParserBox? = ParserBox()
+    private var httpParser: ParserBox? {
+        get { if case .parser(let box) = input { return box } else { return nil } }
+        set {
+            if let newValue { input = .parser(newValue) } else if case .parser = input { input = .none }
+        }
+    }
     /// The WebSocket reader, made when frames arrive and dropped again when it is at rest between messages: an idle
     /// connection holds none (the reader is ~225 bytes, its box ~240 with malloc's header; issue 12's memory per idle
     /// connection). Kept while a frame, message or control frame is partial, after a close or a violation (it is
     /// poisoned: no later byte is parsed), and for /echo, whose permessage-deflate window lives in it.
-    private var readerBox: ReaderBox?
+    private var readerBox: ReaderBox? {
+        get { if case .reader(let box) = input { return box } else { return nil } }
+        set {
+            if let newValue { input = .reader(newValue) } else if case .reader = input { input = .none }
+        }
+    }
+    /// The parser and the reader share one 8-byte field (issue 12): the parser is dropped when the request head is
+    /// complete, before the upgrade, and a reader is made only after it.
+    private enum Input { case parser(ParserBox), reader(ReaderBox), none }
+    private var input = Input.parser(ParserBox())
     private final class ReaderBox {
         var reader: MessageReader
         init(_ reader: MessageReader) { self.reader = reader }
@@ -49,7 +63,7 @@ final class ClientConnection: ConnectionHandler {
     static let subprotocol = "hub.v1"
 
     // Subscriptions: indices into the configured channel list.
-    var channels = InlineList<Int>()  // usually one: no allocation
+    var channels = ChannelList()  // usually one: no allocation
     /// Per stream, the seq up to which this connection already has the events (from a replay, or because the
     /// subscription took effect after them): deliveries at or below it are skipped. Only needed until the loop has
     /// run the deliveries that were already in its inbox when the subscription read its positions, then dropped, so
