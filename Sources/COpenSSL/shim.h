@@ -234,5 +234,3 @@ static inline long hub_BIO_mem_bytes(BIO *b, char **data) { return BIO_get_mem_d
 /* glibc's malloc_trim (Swift's Glibc module does not export malloc.h): free heap pages back to the kernel. It sits in
  * this shim because it is the package's one C header; the hub calls it after a burst of (TLS) handshakes. */
 static inline int hub_malloc_trim(void) { return malloc_trim(0); }
-/* The usable size of a malloc block (tests check that a per-connection object fits the block size issue 12 counts on). */
-static inline size_t hub_malloc_usable_size(void *p) { return malloc_usable_size(p); }

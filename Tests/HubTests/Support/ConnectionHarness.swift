@@ -398,18 +398,6 @@ final class ConnectionHarness {
         if fcntl(fd, F_GETFD) != -1 || errno != EBADF { throw HarnessFailure("descriptor leak: the hub's end (fd \(fd)) is still open") }
     }
 
-    /// Calls `body` with a client just accepted as the listener accepts one (no byte has arrived yet), then hangs up and
-    /// checks that the hub is idle again (issue 12's object-size test).
-    func withAcceptedClient(_ body: (ClientConnection) -> Void) throws(HarnessFailure) {
-        let hub = hubs[0]
-        try checkIdle(hub, "before the client")
-        let (peer, client, _) = try connectClient(hub)
-        body(client)
-        peer.close()
-        try pump([peer])
-        try checkIdle(hub, "after the client hung up")
-    }
-
     /// Accepts a client exactly as the TCP listener does (`ClientAcceptor`); returns our end and the hub's object.
     private func connectClient(_ hub: HarnessHub) throws(HarnessFailure) -> (peer: FakePeer, client: ClientConnection, fds: (Int32, Int32)) {
         let pair = try socketPair()
