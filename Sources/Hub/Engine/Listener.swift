@@ -1,5 +1,4 @@
 import Glibc
-import Synchronization
 
 /// The loop-bound half of a listening socket: the accept loop and the reserve descriptor.
 ///
@@ -18,16 +17,18 @@ import Synchronization
 /// reopens the reserve. If even that fails, accepting pauses for one timer tick.
 ///
 /// The reserve is only worth anything if the descriptor it frees goes to the accept that follows. Every listener
-/// of the process (all loops, TCP and Unix) accepts under one lock, and sheds (close the reserve, accept, answer,
-/// close, reopen) under it as a whole, so another loop's accept cannot take the freed descriptor in between. A
-/// listener that lost its reserve anyway (another thread of the process opened a descriptor in that instant) takes
-/// one back before it accepts again, as soon as one is free: a client is never let in while its listener cannot
-/// answer the next one. Before both (scripts/test, once): two loops' reserves were taken by clients that slipped in
-/// during the other loop's shed, and the next client waited for an answer that never came.
+/// of the process (all loops, TCP and Unix) accepts holding one reader-writer lock shared, and sheds (close the
+/// reserve, accept, answer, close, reopen) holding it exclusively, so no other loop's accept can take the freed
+/// descriptor in between, while ordinary accepts on different loops never wait for each other (a plain mutex made
+/// the loops sleep in futex on each other's accepts: about one futex call per connection in a ramp). A listener
+/// that lost its reserve anyway (another thread of the process opened a descriptor in that instant) takes one back,
+/// holding the lock exclusively, before it accepts again. Before this (scripts/test, once): two loops' reserves
+/// were taken by clients that slipped in during the other loop's shed, and the next client waited for an answer
+/// that never came.
 final class Listener: LoopSelectable {
     static let acceptBudget = 64
-    /// Held around every `accept4` of every listener, and around a whole shed.
-    private static let acceptLock = Mutex<Void>(())
+    /// Shared around every `accept4` of every listener; exclusive around a whole shed and a reserve's re-take.
+    private static let acceptGate = AcceptGate()
 
     let fd: Int32
     unowned let loop: EventLoop
@@ -83,13 +84,11 @@ final class Listener: LoopSelectable {
         while budget > 0 && !closed && !paused {
             budget -= 1
             do {
-                let result = try Listener.acceptLock.withLock { _ throws(SyscallError) in
-                    // Without a reserve, the next free descriptor is the reserve's (see the type's comment): one
-                    // open() only while it is missing, under the lock, so it never takes another listener's reserve
-                    // in the middle of its shed.
-                    if reserveFD < 0 { openReserve() }
-                    return try accept()
-                }
+                // Without a reserve, the next free descriptor is the reserve's (see the type's comment): one open()
+                // only while it is missing, holding the gate exclusively, so it never takes another listener's
+                // reserve in the middle of its shed, nor races another loop's accept for the descriptor.
+                if reserveFD < 0 { Listener.acceptGate.exclusive { openReserve() } }
+                let result = try Listener.acceptGate.shared { () throws(SyscallError) in try accept() }
                 guard case .processed(let (client, peer)) = result else { return }
                 accepted = true
                 exhausted = false
@@ -131,9 +130,9 @@ final class Listener: LoopSelectable {
     /// Whether the listener holds its reserve descriptor now.
     var hasReserve: Bool { reserveFD >= 0 }
 
-    /// Uses the reserve fd to accept one pending connection and refuse it, under the accept lock.
+    /// Uses the reserve fd to accept one pending connection and refuse it, holding the accept gate exclusively.
     private func shedOne() -> ShedResult {
-        Listener.acceptLock.withLock { _ in shedOneLocked() }
+        Listener.acceptGate.exclusive { shedOneLocked() }
     }
 
     private func shedOneLocked() -> ShedResult {
@@ -206,3 +205,28 @@ final class Listener: LoopSelectable {
 
 @available(*, unavailable)
 extension Listener: Sendable {}
+
+/// A process-wide reader-writer lock (a `pthread_rwlock_t` at a fixed address, never freed: it lives as long as the
+/// process). Holders of the shared side do not wait for each other, nor enter the kernel, unless someone holds or
+/// waits for the exclusive side.
+final class AcceptGate: @unchecked Sendable {
+    private let lock: UnsafeMutablePointer<pthread_rwlock_t>
+
+    init() {
+        lock = .allocate(capacity: 1)
+        lock.initialize(to: pthread_rwlock_t())
+        pthread_rwlock_init(lock, nil)
+    }
+
+    func shared<R, E: Error>(_ body: () throws(E) -> R) throws(E) -> R {
+        pthread_rwlock_rdlock(lock)
+        defer { pthread_rwlock_unlock(lock) }
+        return try body()
+    }
+
+    func exclusive<R>(_ body: () -> R) -> R {
+        pthread_rwlock_wrlock(lock)
+        defer { pthread_rwlock_unlock(lock) }
+        return body()
+    }
+}
