@@ -5,12 +5,12 @@ set key below
 set style fill solid 0.8 border -1
 set format y '%g'
 set multiplot layout 1,3
-$d40002 << EOD
-"hub" 4670.5
-"socketify" 4684.0
-"nchan" 4673.0
-"hummingbird" 3033.0
-"python" 1119.0
+$d59674 << EOD
+"hub" 4669.0
+"socketify" 4669.5
+"nchan" 4670.0
+"hummingbird" 2943.5
+"python" 1128.5
 EOD
 set title "handshakes/s during the ramp"
 set ylabel 'per second'
@@ -21,13 +21,13 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d40002 using 2:xtic(1) notitle lc rgb '#4477aa'
-$d58338 << EOD
-"hub" 1.45751953125
+plot $d59674 using 2:xtic(1) notitle lc rgb '#4477aa'
+$d65626 << EOD
+"hub" 0.97412109375
 "socketify" 1.27783203125
-"nchan" 14.03076171875
-"hummingbird" 36.18701171875
-"python" 16.09814453125
+"nchan" 14.03369140625
+"hummingbird" 36.171875
+"python" 16.09033203125
 EOD
 set title "RSS per connection"
 set ylabel 'KiB'
@@ -38,13 +38,13 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d58338 using 2:xtic(1) notitle lc rgb '#4477aa'
-$d97485 << EOD
-"hub" 94.7
-"socketify" 200.0
-"nchan" 67.65
-"hummingbird" 363.2
-"python" 554.5
+plot $d65626 using 2:xtic(1) notitle lc rgb '#4477aa'
+$d30733 << EOD
+"hub" 98.95
+"socketify" 200.3
+"nchan" 73.45
+"hummingbird" 414.25
+"python" 573.1
 EOD
 set title "server CPU per handshake"
 set ylabel 'µs'
@@ -55,5 +55,5 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d97485 using 2:xtic(1) notitle lc rgb '#4477aa'
+plot $d30733 using 2:xtic(1) notitle lc rgb '#4477aa'
 unset multiplot

@@ -5,12 +5,12 @@ set key below
 set style fill solid 0.8 border -1
 set format y '%g'
 set multiplot layout 1,2
-$d23514 << EOD
-"hub" 170385.5
-"socketify" 77363.0
-"nchan" 27553.5
-"hummingbird" 72757.5
-"python" 45965.5
+$d86489 << EOD
+"hub" 176975.5
+"socketify" 71095.5
+"nchan" 29735.5
+"hummingbird" 72895.0
+"python" 41553.0
 EOD
 set title "publishes/s accepted and replied"
 set ylabel 'per second'
@@ -21,13 +21,13 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d23514 using 2:xtic(1) notitle lc rgb '#4477aa'
-$d82968 << EOD
-"hub" 6.779999999999999
-"socketify" 12.85
-"nchan" 37.685
-"hummingbird" 20.22
-"python" 22.025
+plot $d86489 using 2:xtic(1) notitle lc rgb '#4477aa'
+$d57267 << EOD
+"hub" 6.275
+"socketify" 14.105
+"nchan" 33.675
+"hummingbird" 19.87
+"python" 24.02
 EOD
 set title "server CPU per publish"
 set ylabel 'µs'
@@ -38,5 +38,5 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d82968 using 2:xtic(1) notitle lc rgb '#4477aa'
+plot $d57267 using 2:xtic(1) notitle lc rgb '#4477aa'
 unset multiplot
