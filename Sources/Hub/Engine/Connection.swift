@@ -142,7 +142,8 @@ public final class Connection {
     }
 
     /// Adopts a connected non-blocking fd (from a listener or `SocketAddress.connect`) on `loop`.
-    /// Call on the loop thread. On error the fd is closed.
+    /// Call on the loop thread. On error the fd is closed. The fd must be the only descriptor of its socket
+    /// (never `dup`ed): closing it is what removes it from epoll (see `EventLoop.deregister(closingFD:)`).
     /// - Parameter tls: speak TLS on the socket, in the context's role (server: wait for the client's hello).
     public init(adopting fd: Int32, on loop: EventLoop, peer: String, handler: any ConnectionHandler,
                 maxQueuedBytes: Int = 1 << 20, tls: TLSContext? = nil) throws(SyscallError) {
@@ -651,7 +652,7 @@ public final class Connection {
             var l = linger(l_onoff: 1, l_linger: 0)
             setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, socklen_t(MemoryLayout<linger>.size))
         }
-        loop.deregister(fd: fd, key: key, generation: generation)
+        loop.deregister(fd: fd, key: key, generation: generation, closingFD: true)
         closeFD(fd)
         out.removeAll()
         spillCount = 0

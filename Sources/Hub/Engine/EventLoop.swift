@@ -307,9 +307,13 @@ public final class EventLoop: @unchecked Sendable {
     }
 
     /// Removes `fd` from epoll, and its registration from the table (only if `key` still holds `generation`).
-    func deregister(fd: Int32, key: UInt32, generation: UInt32) {
+    /// - Parameter closingFD: the caller closes `fd` right after and it is the only descriptor of its open file
+    ///   (an accepted or connected socket the hub never duplicates): closing removes it from epoll, so the
+    ///   `EPOLL_CTL_DEL` syscall is skipped. A stale event still queued for it in this iteration is dropped by
+    ///   the generation check where the loop dispatches events, as before.
+    func deregister(fd: Int32, key: UInt32, generation: UInt32, closingFD: Bool = false) {
         assertInLoop()
-        epoll.remove(fd: fd)
+        if !closingFD { epoll.remove(fd: fd) }
         let slot = Int(key)
         if slot < registrations.count && registrations[slot].generation == generation && registrations[slot].target != nil {
             registrations[slot] = Registration()
