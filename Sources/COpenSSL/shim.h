@@ -1,6 +1,7 @@
 #include <openssl/evp.h>
 #include <openssl/sha.h>
 #include <openssl/hmac.h>
+#include <openssl/core_names.h>
 #include <openssl/pem.h>
 #include <openssl/err.h>
 #include <openssl/rand.h>
@@ -234,3 +235,34 @@ static inline long hub_BIO_mem_bytes(BIO *b, char **data) { return BIO_get_mem_d
 /* glibc's malloc_trim (Swift's Glibc module does not export malloc.h): free heap pages back to the kernel. It sits in
  * this shim because it is the package's one C header; the hub calls it after a burst of (TLS) handshakes. */
 static inline int hub_malloc_trim(void) { return malloc_trim(0); }
+
+/* HMAC-SHA256 with the key absorbed once. `hub_hmac_sha256_new` makes a keyed EVP_MAC context (NULL on failure;
+   free it with EVP_MAC_CTX_free); `hub_hmac_sha256` duplicates it for each message and writes 32 bytes to `out`
+   (1 on success). OpenSSL 3's one-shot HMAC() fetches the MAC and the digest by name and keys the context on every
+   call: about 27 000 instructions per 200-byte token under callgrind, most of a verification. The template is
+   only read (EVP_MAC_CTX_dup takes it const; the shared EVP_MD is reference-counted atomically), so loops on
+   several threads can use one. */
+static inline EVP_MAC_CTX *hub_hmac_sha256_new(const unsigned char *key, size_t keylen) {
+    EVP_MAC *mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+    if (mac == NULL) return NULL;
+    EVP_MAC_CTX *ctx = EVP_MAC_CTX_new(mac);
+    EVP_MAC_free(mac); /* the context holds its own reference */
+    if (ctx == NULL) return NULL;
+    OSSL_PARAM params[2];
+    params[0] = OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)"SHA256", 0);
+    params[1] = OSSL_PARAM_construct_end();
+    if (EVP_MAC_init(ctx, key, keylen, params) != 1) {
+        EVP_MAC_CTX_free(ctx);
+        return NULL;
+    }
+    return ctx;
+}
+
+static inline int hub_hmac_sha256(const EVP_MAC_CTX *keyed, const unsigned char *msg, size_t len, unsigned char *out) {
+    EVP_MAC_CTX *ctx = EVP_MAC_CTX_dup(keyed);
+    if (ctx == NULL) return 0;
+    size_t written = 0;
+    int ok = EVP_MAC_update(ctx, msg, len) == 1 && EVP_MAC_final(ctx, out, &written, 32) == 1 && written == 32;
+    EVP_MAC_CTX_free(ctx);
+    return ok;
+}

@@ -47,6 +47,37 @@ func asymmetricRoundTrip(kind: String) throws {
 
 // MARK: - Known vector and interop with the openssl CLI
 
+/// The keyed context (one `EVP_MAC_CTX` duplicated per message) gives one-shot `HMAC()`'s result for keys shorter
+/// and longer than SHA-256's 64-byte block (long keys are hashed first) and messages across block boundaries, also
+/// when many threads share one key, as the loops do.
+@Test func keyedHMACMatchesOneShot() async throws {
+    var rng = SystemRandomNumberGenerator()
+    for keyLength in [32, 63, 64, 65, 200] {
+        let secret = (0..<keyLength).map { _ in UInt8.random(in: 0...255, using: &rng) }
+        let key = try #require(HMACSHA256Key(secret: secret))
+        for messageLength in [0, 1, 55, 56, 63, 64, 65, 200, 8192] {
+            let message = (0..<messageLength).map { _ in UInt8.random(in: 0...255, using: &rng) }
+            #expect(key.mac(message[...]) == HMACSHA256.mac(key: secret, message: message[...]))
+        }
+    }
+    let secret = Array("a shared secret of more than thirty-two bytes".utf8)
+    let key = try #require(HMACSHA256Key(secret: secret))
+    let mismatches = await withTaskGroup(of: Int.self) { group in
+        for task in 0..<8 {
+            group.addTask {
+                var bad = 0
+                for i in 0..<500 {
+                    let message = Array("token \(task) \(i)".utf8)
+                    if key.mac(message[...]) != HMACSHA256.mac(key: secret, message: message[...]) { bad += 1 }
+                }
+                return bad
+            }
+        }
+        return await group.reduce(0, +)
+    }
+    #expect(mismatches == 0)
+}
+
 /// RFC 7515 Appendix A.1 (HS256). The token has no `sub`, so the verifier reports
 /// `missing_subject`, which it can only reach after the signature check passed.
 @Test func rfc7515AppendixA1() throws {
@@ -56,6 +87,7 @@ func asymmetricRoundTrip(kind: String) throws {
         + ".dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"
     let input = Array(token.utf8[..<token.utf8.lastIndex(of: UInt8(ascii: "."))!])
     #expect(HMACSHA256.mac(key: key, message: input[...]).map(Base64URL.encode) == "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk")
+    #expect(HMACSHA256Key(secret: key)?.mac(input[...]).map(Base64URL.encode) == "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk")
 
     let verifier = try JWTVerifier(key: .hmacSecret(key), issuer: "joe")
     #expect(F.reason(verifier.verify(token, now: 1_300_819_300)) == .missingSubject)
@@ -328,6 +360,43 @@ func audienceIsEnforcedWhenConfigured(aud: String, expected: AuthFailure.Reason?
 ])
 func claimValidation(payload: String, expected: AuthFailure.Reason) throws {
     let token = F.hs256Token(payload: payload)
+    #expect(F.reason(try F.hsVerifier().verify(token, now: now)) == expected)
+}
+
+/// The claims reader (`JSONText.Object`) reads members in place: the last of duplicate names wins, names match after
+/// unescaping, and a member that is present with the wrong kind (even `null`) is refused, not taken as absent.
+@Test(arguments: [
+    (#"{"sub":"a","sub":"b","exp":9999999999}"#, "b" as String?, nil as AuthFailure.Reason?),
+    (#"{"s\u0075b":"esc","exp":9999999999}"#, "esc", nil),
+    (#"{"sub":"a\u00e9","exp":9999999999}"#, "aé", nil),
+    (#"{"sub":"a","exp":1,"exp":9999999999}"#, "a", nil),
+    (#"{"sub":"a","exp":9999999999,"exp":1}"#, nil, .expired),
+    (#"{"sub":"a","exp":9999999999,"iss":null}"#, nil, .invalidClaim),
+    (#"{"sub":"a","exp":9999999999,"nbf":null}"#, nil, .invalidClaim),
+    (#"{"sub":"a","exp":9999999999,"aud":{"x":1}}"#, nil, .invalidClaim),
+    (#"{"sub":"a","exp":9999999999,"extra":{"deep":[1,{"k":null}]},"jti":7}"#, "a", nil),
+    (#"{"sub":"a","exp":-0}"#, nil, .expired),
+    (#"{"sub":"a","exp":9999999999.99e0}"#, "a", nil),
+    (#"{"sub":"a","exp":9999999999,}"#, nil, .malformed),
+])
+func claimsReaderSemantics(payload: String, subject: String?, expected: AuthFailure.Reason?) throws {
+    let token = F.hs256Token(payload: payload)
+    let result = try F.hsVerifier().verify(token, now: now)
+    #expect(F.reason(result) == expected)
+    if let subject { #expect((try? result.get())?.subject == subject) }
+}
+
+@Test(arguments: [
+    (#"{"alg":"HS256","crit":null}"#, AuthFailure.Reason.unsupportedHeader as AuthFailure.Reason?),
+    (#"{"alg":"HS256","typ":null}"#, .malformed),
+    (#"{"alg":"HS256","typ":"jwt"}"#, nil),
+    (#"{"alg":"RS256","alg":"HS256"}"#, nil),
+    (#"{"alg":"HS256","alg":"none"}"#, .algorithmNotAllowed),
+    (#"{"\u0061lg":"HS256"}"#, nil),
+    (#"{"alg":["HS256"]}"#, .malformed),
+])
+func headerReaderSemantics(header: String, expected: AuthFailure.Reason?) throws {
+    let token = F.hs256Token(header: header, payload: goodPayload)
     #expect(F.reason(try F.hsVerifier().verify(token, now: now)) == expected)
 }
 

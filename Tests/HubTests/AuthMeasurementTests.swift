@@ -18,7 +18,7 @@ import Testing
     var ok = 0
     let verify = perCall { if case .success = verifier.verify(token, now: 1_999_999_200) { ok += 1 } }
     let payload = Array(JWTClaims(sub: "acct-12345", exp: 2_000_000_000, iat: 1_999_999_100, iss: "api", aud: ["hub"]).json().utf8)
-    let json = perCall { _ = JSONText.parseJSONObject(payload) }
+    let json = perCall { _ = JSONText.Object(payload) }
     let input = Array(token.utf8)[...]
     let hmac = perCall { _ = HMACSHA256.mac(key: AuthFixtures.secret, message: input) }
     #expect(ok == iterations)

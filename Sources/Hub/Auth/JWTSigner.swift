@@ -42,7 +42,7 @@ public struct JWTSigner: Sendable {
         let input = Array(signingInput.utf8)
         let signature: [UInt8]?
         switch material {
-        case .secret(let secret): signature = HMACSHA256.mac(key: secret, message: input[...])
+        case .secret(let key): signature = key.mac(input[...])
         case .asymmetric(let key): signature = key.sign(input)
         }
         guard let signature else { throw JWTKeyError("signing with \(algorithm.rawValue) failed") }

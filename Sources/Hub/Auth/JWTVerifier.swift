@@ -110,21 +110,21 @@ public struct JWTVerifier: Sendable {
         guard let headerBytes = Base64URL.decode(bytes: headerPart) else {
             throw AuthFailure(.malformed, "access token header is not valid base64url")
         }
-        guard let header = JSONText.parseJSONObject(headerBytes) else {
+        guard let header = JSONText.Object(headerBytes) else {
             throw AuthFailure(.malformed, "access token header is not a JSON object")
         }
-        guard let alg = header["alg"] as? String else {
+        guard let algValue = header.value("alg"), let alg = header.string(algValue) else {
             throw AuthFailure(.malformed, "access token header has no alg")
         }
         guard alg == algorithm.rawValue else {
             throw AuthFailure(.algorithmNotAllowed, "access token algorithm is not accepted; this hub requires \(algorithm.rawValue)")
         }
-        if let typ = header["typ"] {
-            guard let typ = typ as? String, typ.lowercased() == "jwt" else {
+        if let typValue = header.value("typ") {
+            guard let typ = header.string(typValue), typ.lowercased() == "jwt" else {
                 throw AuthFailure(.malformed, "access token header typ must be JWT")
             }
         }
-        if header["crit"] != nil {
+        if header.value("crit") != nil {
             throw AuthFailure(.unsupportedHeader, "access token header has critical extensions (crit), which are not supported")
         }
 
@@ -139,7 +139,7 @@ public struct JWTVerifier: Sendable {
         guard let payloadBytes = Base64URL.decode(bytes: payloadPart) else {
             throw AuthFailure(.malformed, "access token payload is not valid base64url")
         }
-        guard let claims = JSONText.parseJSONObject(payloadBytes) else {
+        guard let claims = JSONText.Object(payloadBytes) else {
             throw AuthFailure(.malformed, "access token payload is not a JSON object")
         }
         return try validate(claims: claims, now: now)
@@ -147,11 +147,11 @@ public struct JWTVerifier: Sendable {
 
     private func checkSignature(_ signature: [UInt8], over input: ArraySlice<UInt8>) throws(AuthFailure) {
         switch material {
-        case .secret(let secret):
+        case .secret(let key):
             guard signature.count == 32 else {
                 throw AuthFailure(.badSignature, "access token signature has the wrong length for HS256")
             }
-            guard let expected = HMACSHA256.mac(key: secret, message: input),
+            guard let expected = key.mac(input),
                   HMACSHA256.constantTimeEqual(expected, signature) else {
                 throw AuthFailure(.badSignature, "access token signature is invalid")
             }
@@ -165,17 +165,17 @@ public struct JWTVerifier: Sendable {
         }
     }
 
-    private func numericClaim(_ claims: [String: Any], _ name: String) throws(AuthFailure) -> Int64? {
-        guard let raw = claims[name] else { return nil }
-        switch JSONText.numericDate(raw) {
+    private func numericClaim(_ claims: JSONText.Object, _ name: StaticString) throws(AuthFailure) -> Int64? {
+        guard let raw = claims.value(name) else { return nil }
+        switch claims.numericDate(raw) {
         case .value(let value): return value
         case .notANumber: throw AuthFailure(.invalidClaim, "access token \(name) claim must be a number")
         case .outOfRange: throw AuthFailure(.invalidClaim, "access token \(name) claim is out of range")
         }
     }
 
-    private func validate(claims: [String: Any], now: Int64) throws(AuthFailure) -> VerifiedToken {
-        guard let subject = claims["sub"] as? String, !subject.isEmpty else {
+    private func validate(claims: JSONText.Object, now: Int64) throws(AuthFailure) -> VerifiedToken {
+        guard let subValue = claims.value("sub"), let subject = claims.string(subValue), !subject.isEmpty else {
             throw AuthFailure(.missingSubject, "access token has no subject (sub)")
         }
         guard let expiresAt = try numericClaim(claims, "exp") else {
@@ -184,30 +184,26 @@ public struct JWTVerifier: Sendable {
         let notBefore = try numericClaim(claims, "nbf")
         let issuedAt = try numericClaim(claims, "iat")
 
-        let tokenIssuer: String?
-        switch claims["iss"] {
-        case nil: tokenIssuer = nil
-        case let value as String: tokenIssuer = value
-        default: throw AuthFailure(.invalidClaim, "access token iss claim must be a string")
+        var tokenIssuer: String? = nil
+        if let issValue = claims.value("iss") {
+            guard let value = claims.string(issValue) else {
+                throw AuthFailure(.invalidClaim, "access token iss claim must be a string")
+            }
+            tokenIssuer = value
         }
         if let issuer, tokenIssuer != issuer {
             throw AuthFailure(.wrongIssuer, "access token was not issued by the expected issuer")
         }
 
-        let tokenAudience: [String]
-        switch claims["aud"] {
-        case nil: tokenAudience = []
-        case let value as String: tokenAudience = [value]
-        case let values as [Any]:
-            var strings: [String] = []
-            for value in values {
-                guard let string = value as? String else {
-                    throw AuthFailure(.invalidClaim, "access token aud claim must be a string or an array of strings")
-                }
-                strings.append(string)
+        var tokenAudience: [String] = []
+        if let audValue = claims.value("aud") {
+            if let value = claims.string(audValue) {
+                tokenAudience = [value]
+            } else if let values = claims.strings(audValue) {
+                tokenAudience = values
+            } else {
+                throw AuthFailure(.invalidClaim, "access token aud claim must be a string or an array of strings")
             }
-            tokenAudience = strings
-        default: throw AuthFailure(.invalidClaim, "access token aud claim must be a string or an array of strings")
         }
         if let audience, !tokenAudience.contains(audience) {
             throw AuthFailure(.wrongAudience, "access token is not intended for this service (aud)")
@@ -225,7 +221,7 @@ public struct JWTVerifier: Sendable {
             throw AuthFailure(.expired, "access token has expired")
         }
 
-        let tokenID = claims["jti"] as? String
+        let tokenID = claims.value("jti").flatMap { claims.string($0) }
         return VerifiedToken(subject: subject, expiresAt: expiresAt, issuedAt: issuedAt, notBefore: notBefore,
                              issuer: tokenIssuer, audience: tokenAudience, tokenID: tokenID, algorithm: algorithm)
     }

@@ -207,9 +207,39 @@ enum HMACSHA256 {
     }
 }
 
+/// An HS256 secret keyed into OpenSSL once (`hub_hmac_sha256_new`): each MAC duplicates the keyed context instead
+/// of re-fetching and re-keying as one-shot `HMAC()` does. Immutable after `init`; the context is only read, from
+/// any thread.
+final class HMACSHA256Key: @unchecked Sendable {
+    private let context: OpaquePointer
+
+    init?(secret: [UInt8]) {
+        guard let context = secret.withUnsafeBufferPointer({ hub_hmac_sha256_new($0.baseAddress, $0.count) }) else {
+            ERR_clear_error()
+            return nil
+        }
+        self.context = context
+    }
+
+    deinit { EVP_MAC_CTX_free(context) }
+
+    /// HMAC-SHA256 of `message` (32 bytes), nil if OpenSSL fails.
+    func mac(_ message: ArraySlice<UInt8>) -> [UInt8]? {
+        var out = [UInt8](repeating: 0, count: 32)
+        let ok = message.withUnsafeBufferPointer { m in
+            out.withUnsafeMutableBufferPointer { o in hub_hmac_sha256(context, m.baseAddress, m.count, o.baseAddress) }
+        }
+        guard ok == 1 else {
+            ERR_clear_error()
+            return nil
+        }
+        return out
+    }
+}
+
 /// A signer's or verifier's key, and the one algorithm it allows (a key decides its algorithm: no confusion).
 enum JWTKeyMaterial: Sendable {
-    case secret([UInt8])
+    case secret(HMACSHA256Key)
     case asymmetric(OpenSSLKey)
 
     /// An HS256 secret, refused under `minimumHMACSecretBytes` (RFC 7518 section 3.2).
@@ -217,7 +247,8 @@ enum JWTKeyMaterial: Sendable {
         guard secret.count >= minimumHMACSecretBytes else {
             throw JWTKeyError("HMAC secret is \(secret.count) bytes; at least \(minimumHMACSecretBytes) are required")
         }
-        return .secret(secret)
+        guard let key = HMACSHA256Key(secret: secret) else { throw JWTKeyError("OpenSSL could not key HMAC-SHA256") }
+        return .secret(key)
     }
 
     var algorithm: JWTAlgorithm {
