@@ -48,6 +48,47 @@ public struct HTTPHeaders: Sendable {
         return result
     }
 
+    /// The list elements of the fields called `name` compared with `expected` (lowercase ASCII), ASCII
+    /// case-insensitively, without building the list (`tokens(_:)` allocates a `String` per element; the upgrade
+    /// checks run per handshake). `.contains`: some element equals it; `.only`: there is exactly one element and
+    /// it equals it. Elements are compared as bytes: a non-ASCII look-alike (`K`, U+212A, which `lowercased()`
+    /// turns into `k`) is not the ASCII token.
+    public enum TokenMatch { case contains, only }
+    public func hasToken(_ name: String, _ expected: StaticString, _ match: TokenMatch) -> Bool {
+        var elements = 0
+        var found = false
+        for entry in entries where HTTPHeaders.equalsIgnoringCase(entry.name, name) {
+            var value = entry.value
+            value.makeContiguousUTF8()
+            value.utf8.withContiguousStorageIfAvailable { bytes in
+                var i = 0
+                while i < bytes.count {
+                    var end = i
+                    while end < bytes.count && bytes[end] != UInt8(ascii: ",") { end += 1 }
+                    var lo = i, hi = end
+                    while lo < hi && (bytes[lo] == 0x20 || bytes[lo] == 0x09) { lo += 1 }
+                    while hi > lo && (bytes[hi - 1] == 0x20 || bytes[hi - 1] == 0x09) { hi -= 1 }
+                    if lo < hi {
+                        elements += 1
+                        if hi - lo == expected.utf8CodeUnitCount {
+                            var equal = true
+                            for k in 0..<(hi - lo) where HTTPHeaders.lowerASCII(bytes[lo + k]) != expected.utf8Start[k] {
+                                equal = false
+                                break
+                            }
+                            if equal { found = true }
+                        }
+                    }
+                    i = end + 1
+                }
+            }
+        }
+        switch match {
+        case .contains: return found
+        case .only: return found && elements == 1
+        }
+    }
+
     static func trimOWS(_ bytes: Substring.UTF8View.SubSequence) -> Substring.UTF8View.SubSequence {
         var slice = bytes
         while let f = slice.first, f == 0x20 || f == 0x09 { slice = slice.dropFirst() }

@@ -140,12 +140,12 @@ public enum WebSocketHandshake {
         }
         let headers = head.headers
         try head.validateHost()
-        guard headers.tokens("Upgrade").contains("websocket"), headers.tokens("Connection").contains("upgrade") else {
+        guard headers.hasToken("Upgrade", "websocket", .contains), headers.hasToken("Connection", "upgrade", .contains) else {
             throw HTTPError(status: 426, code: "UPGRADE_REQUIRED",
                             message: "this endpoint only speaks WebSocket (Upgrade: websocket, Connection: Upgrade)",
                             headers: [("Upgrade", "websocket")])
         }
-        guard headers.tokens("Sec-WebSocket-Version") == ["13"] else {
+        guard headers.hasToken("Sec-WebSocket-Version", "13", .only) else {
             throw HTTPError(status: 426, code: "UNSUPPORTED_WEBSOCKET_VERSION",
                             message: "only WebSocket version 13 is supported",
                             headers: [("Sec-WebSocket-Version", "13")])
@@ -172,12 +172,30 @@ public enum WebSocketHandshake {
     /// The `101 Switching Protocols` response completing the handshake.
     public static func response101(key: String, subprotocol: String?, extensions: String?,
                                    extraHeaders: [(String, String)] = []) -> [UInt8] {
-        var head = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-        head += "Sec-WebSocket-Accept: \(acceptValue(forKey: key))\r\n"
-        if let subprotocol { head += "Sec-WebSocket-Protocol: \(subprotocol)\r\n" }
-        if let extensions { head += "Sec-WebSocket-Extensions: \(extensions)\r\n" }
-        for (name, value) in extraHeaders { head += "\(name): \(value)\r\n" }
-        head += "\r\n"
-        return Array(head.utf8)
+        // Bytes appended in place: one allocation (string interpolation and `Array(head.utf8)` made several).
+        var out: [UInt8] = []
+        out.reserveCapacity(160)
+        func add(_ text: StaticString) { out.append(contentsOf: UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount)) }
+        add("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ")
+        out.append(contentsOf: acceptValue(forKey: key).utf8)
+        add("\r\n")
+        if let subprotocol {
+            add("Sec-WebSocket-Protocol: ")
+            out.append(contentsOf: subprotocol.utf8)
+            add("\r\n")
+        }
+        if let extensions {
+            add("Sec-WebSocket-Extensions: ")
+            out.append(contentsOf: extensions.utf8)
+            add("\r\n")
+        }
+        for (name, value) in extraHeaders {
+            out.append(contentsOf: name.utf8)
+            add(": ")
+            out.append(contentsOf: value.utf8)
+            add("\r\n")
+        }
+        add("\r\n")
+        return out
     }
 }

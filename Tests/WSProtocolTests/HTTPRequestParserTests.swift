@@ -53,6 +53,31 @@ private let validUpgrade = "GET /chat?room=a%20b&x=1+2 HTTP/1.1\r\nHost: server.
     #expect(HTTPRequestHead(method: "GET", target: "/p?", headers: HTTPHeaders()).query == "")
 }
 
+/// The in-place `queryValue` against the definition (split on `&`, form-decode every key, `String ==`), on random
+/// queries over an alphabet that makes keys collide, escapes and non-ASCII.
+@Test func queryValueMatchesTheDefinition() {
+    func reference(_ query: String, _ name: String) -> String? {
+        for pair in query.split(separator: "&", omittingEmptySubsequences: true) {
+            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            let key = HTTPRequestHead.formDecode(parts[0].utf8)
+            if key == name { return HTTPRequestHead.formDecode(parts.count > 1 ? parts[1].utf8 : ""[...].utf8) }
+        }
+        return nil
+    }
+    let alphabet = ["a", "b", "k", "=", "&", "%", "6", "B", "+", " ", "\u{212A}", "é", "e\u{301}", "%C3%A9"]
+    let names = ["a", "ab", "k", "a b", "K", "é", "", "access_token"]
+    var rng = SystemRandomNumberGenerator()
+    for _ in 0..<3000 {
+        let query = (0..<Int.random(in: 0...12, using: &rng)).map { _ in alphabet.randomElement(using: &rng)! }.joined()
+        let head = HTTPRequestHead(method: "GET", target: "/ws?" + query, headers: HTTPHeaders())
+        for name in names {
+            #expect(head.queryValue(name) == reference(query, name), "query \(query.debugDescription), name \(name.debugDescription)")
+        }
+    }
+    let token = HTTPRequestHead(method: "GET", target: "/ws?x=1&access_token=abc.def.ghi&access_token=2", headers: HTTPHeaders())
+    #expect(token.queryValue("access_token") == "abc.def.ghi")
+}
+
 @Test func oneByteAtATimeAndEverySplitGiveTheSameHead() throws {
     let wire = bytes(validUpgrade)
     let whole = try parseRequestChunks([wire]).get().0
@@ -114,6 +139,35 @@ private let validUpgrade = "GET /chat?room=a%20b&x=1+2 HTTP/1.1\r\nHost: server.
     #expect(head.headers.tokens("Connection") == ["keep-alive", "upgrade"])
     #expect(head.headers[first: "x-tab"] == "a\tb")
     #expect(head.headers.entries.map(\.name) == ["Host", "X-A", "x-a", "X-A", "connection", "X-Tab"])
+}
+
+/// `hasToken` (the allocation-free check the upgrade uses) answers what `tokens(_:)` answers for ASCII values.
+@Test(arguments: [
+    ("Connection: keep-alive, UPGRADE", "Connection", true, false),
+    ("Connection: keep-alive\r\nConnection: Upgrade ", "Connection", true, false),
+    ("Connection: upgrade", "Connection", true, true),
+    ("Connection: ,\t upgrade\t, ", "Connection", true, true),
+    ("Connection: upgrade, upgrade", "Connection", true, false),
+    ("Connection: upgrader, xupgrade, up grade", "Connection", false, false),
+    ("Connection: upgrade\r\nConnection: close", "Connection", true, false),
+    ("X-Other: upgrade", "Connection", false, false),
+    ("Connection:", "Connection", false, false),
+])
+func hasTokenMatchesTokens(field: String, name: String, contains: Bool, only: Bool) throws {
+    let raw = "GET / HTTP/1.1\r\nHost: h\r\n\(field)\r\n\r\n"
+    let head = try parseRequestChunks([bytes(raw)]).get().0
+    #expect(head.headers.hasToken(name, "upgrade", .contains) == contains)
+    #expect(head.headers.tokens(name).contains("upgrade") == contains)
+    #expect(head.headers.hasToken(name, "upgrade", .only) == only)
+    #expect((head.headers.tokens(name) == ["upgrade"]) == only)
+}
+
+@Test func hasTokenIsASCIIOnly() {
+    // U+212A KELVIN SIGN lowercases to an ASCII "k": `tokens` would call this "websocket"; the upgrade must not.
+    let headers = HTTPHeaders([("Upgrade", "websoc\u{212A}et")])
+    #expect(headers.tokens("Upgrade") == ["websocket"])
+    #expect(!headers.hasToken("Upgrade", "websocket", .contains))
+    #expect(HTTPHeaders([("Upgrade", "WebSocket")]).hasToken("Upgrade", "websocket", .only))
 }
 
 struct BadRequestCase: Sendable, CustomTestStringConvertible {
