@@ -13,7 +13,7 @@ enum Report {
         var scale: Double = 1
     }
 
-    static let serverOrder = ["hub", "socketify", "nchan", "hummingbird", "python"]
+    static let serverOrder = ["hub", "uws", "socketify", "nchan", "hummingbird", "python"]
 
     static let scenarios: [(name: String, title: String, what: String, metrics: [Metric])] = [
         ("connections", "1. connections: ramp to N idle subscribed connections",
