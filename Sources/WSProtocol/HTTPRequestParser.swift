@@ -88,51 +88,31 @@ public struct HTTPRequestHead: Sendable {
     /// The first value of query parameter `name` (`application/x-www-form-urlencoded` rules:
     /// `+` is a space, `%XX` is decoded; a malformed escape is kept literally). Nil when absent.
     public func queryValue(_ name: String) -> String? {
-        guard var query else { return nil }
-        query.makeContiguousUTF8()
-        var name = name
-        name.makeContiguousUTF8()
-        // In place: a key without `%` or `+` is compared as bytes, and only the matching value is decoded (the
-        // general path below allocates for every pair; this runs once per handshake, for `access_token`).
-        let found: String?? = query.utf8.withContiguousStorageIfAvailable { q -> String?? in
-            name.utf8.withContiguousStorageIfAvailable { n -> String?? in
-                // `String ==` is canonical equivalence, under which a non-ASCII key can equal an ASCII name
-                // (U+212A KELVIN SIGN is `K`): bytes decide only between ASCII strings.
-                guard n.allSatisfy({ $0 < 0x80 }) else { return nil }
-                var i = 0
-                while i < q.count {
-                    var end = i
-                    while end < q.count && q[end] != UInt8(ascii: "&") { end += 1 }
-                    if end > i {
-                        var eq = i
-                        while eq < end && q[eq] != UInt8(ascii: "=") { eq += 1 }
-                        let key = UnsafeBufferPointer(rebasing: q[i..<eq])
-                        let matches: Bool
-                        if key.contains(where: { $0 == UInt8(ascii: "%") || $0 == UInt8(ascii: "+") || $0 >= 0x80 }) {
-                            matches = Self.formDecode(key) == name
-                        } else {
-                            matches = key.elementsEqual(n)
-                        }
-                        if matches { return .some(Self.formDecode(UnsafeBufferPointer(rebasing: q[min(eq + 1, end)..<end]))) }
+        guard let query else { return nil }
+        // `String ==` is canonical equivalence, under which a non-ASCII key can equal an ASCII name (U+212A KELVIN
+        // SIGN is `K`): bytes decide only between ASCII strings; other keys are decoded and compared as `String`s.
+        // Only the matching value is decoded (this runs once per handshake, for `access_token`).
+        let nameIsASCII = name.utf8.allSatisfy { $0 < 0x80 }
+        func scan(_ q: UnsafeBufferPointer<UInt8>) -> String? {
+            var i = 0
+            while i < q.count {
+                var end = i
+                while end < q.count && q[end] != UInt8(ascii: "&") { end += 1 }
+                if end > i {
+                    var eq = i
+                    while eq < end && q[eq] != UInt8(ascii: "=") { eq += 1 }
+                    let key = UnsafeBufferPointer(rebasing: q[i..<eq])
+                    let plain = nameIsASCII && !key.contains { $0 == UInt8(ascii: "%") || $0 == UInt8(ascii: "+") || $0 >= 0x80 }
+                    if plain ? key.elementsEqual(name.utf8) : Self.formDecode(key) == name {
+                        return Self.formDecode(UnsafeBufferPointer(rebasing: q[min(eq + 1, end)..<end]))
                     }
-                    i = end + 1
                 }
-                return .some(nil)
-            } ?? nil
-        } ?? nil
-        if let found { return found }
-        for pair in query.utf8.split(separator: UInt8(ascii: "&"), omittingEmptySubsequences: true) {
-            let (rawKey, rawValue): (Substring.UTF8View, Substring.UTF8View)
-            if let eq = pair.firstIndex(of: UInt8(ascii: "=")) {
-                rawKey = pair[..<eq]
-                rawValue = pair[pair.index(after: eq)...]
-            } else {
-                rawKey = pair
-                rawValue = pair[pair.endIndex...]
+                i = end + 1
             }
-            if Self.formDecode(rawKey) == name { return Self.formDecode(rawValue) }
+            return nil
         }
-        return nil
+        if let found = query.utf8.withContiguousStorageIfAvailable(scan) { return found }
+        return Array(query.utf8).withUnsafeBufferPointer(scan)
     }
 
     static func formDecode<Bytes: Collection>(_ bytes: Bytes) -> String where Bytes.Element == UInt8 {
