@@ -2,7 +2,8 @@ import COpenSSL
 import Glibc
 
 /// The bytes a connection still owes its peer: references to shared immutable buffers plus an
-/// offset into the first one, flushed with `sendmsg` (a `writev` with MSG_NOSIGNAL).
+/// offset into the first one, flushed with `sendmsg` (a `writev` with MSG_NOSIGNAL), or with `send`
+/// when one chunk is queued.
 ///
 /// Why references: fan-out enqueues one `SharedBytes` object per subscriber (a retain, no copy).
 /// Why an explicit byte count: the per-connection cap (`maxQueuedBytes` on `Connection`) is checked on
@@ -104,12 +105,19 @@ struct OutboundQueue {
             }
             let result: IOResult<Int>
             do {
-                // sendmsg = writev + flags: MSG_NOSIGNAL turns a write to a reset peer into EPIPE
-                // instead of a process-killing SIGPIPE.
-                var message = msghdr()
-                message.msg_iov = iov.baseAddress
-                message.msg_iovlen = n
-                result = try syscall("sendmsg") { Glibc.sendmsg(fd, &message, Int32(MSG_NOSIGNAL)) }
+                // MSG_NOSIGNAL turns a write to a reset peer into EPIPE instead of a process-killing SIGPIPE.
+                if n == 1 {
+                    // One chunk (the usual case: one event for one subscriber): `send` spares the kernel copying in
+                    // a msghdr and an iovec array.
+                    let only = iov[0]
+                    result = try syscall("send") { Glibc.send(fd, only.iov_base, only.iov_len, Int32(MSG_NOSIGNAL)) }
+                } else {
+                    // sendmsg = writev + flags.
+                    var message = msghdr()
+                    message.msg_iov = iov.baseAddress
+                    message.msg_iovlen = n
+                    result = try syscall("sendmsg") { Glibc.sendmsg(fd, &message, Int32(MSG_NOSIGNAL)) }
+                }
             } catch {
                 return (.failed(error), written)
             }

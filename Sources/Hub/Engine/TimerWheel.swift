@@ -44,18 +44,59 @@ public final class TimerWheel {
     /// Length of one tick in nanoseconds.
     public let tickNanos: UInt64
     private let slotMask: Int
-    private var heads: [Int32]
-    private var entries: [Entry] = []
-    private var free: [Int32] = []
-    /// Periods (in ticks) of repeating timers, the loop's few housekeeping jobs, by entry index.
-    private var periods: [Int32: UInt64] = [:]
-    private var firing: [(Int32, UInt32)] = []
+
+    /// The wheel's mutable state, behind a pointer rather than in stored properties, for the reason given at
+    /// `EventLoop.LoopState`: the loop advances the wheel every iteration and reschedules a connection's timer on
+    /// every message, and each in-place access to a stored `var` would cost a run-time exclusivity check. No access
+    /// lasts across a timer's action (`fireDue` copies the batch and the action out before calling it).
+    private struct WheelState {
+        var heads: [Int32]
+        var entries: [Entry] = []
+        var free: [Int32] = []
+        /// Periods (in ticks) of repeating timers, the loop's few housekeeping jobs, by entry index.
+        var periods: [Int32: UInt64] = [:]
+        var firing: [(Int32, UInt32)] = []
+        var currentTick: UInt64
+        var nowNanos: UInt64
+        var count = 0
+    }
+    private let state: UnsafeMutablePointer<WheelState>
+
+    private var heads: [Int32] {
+        _read { yield state.pointee.heads }
+        _modify { yield &state.pointee.heads }
+    }
+    private var entries: [Entry] {
+        _read { yield state.pointee.entries }
+        _modify { yield &state.pointee.entries }
+    }
+    private var free: [Int32] {
+        _read { yield state.pointee.free }
+        _modify { yield &state.pointee.free }
+    }
+    private var periods: [Int32: UInt64] {
+        _read { yield state.pointee.periods }
+        _modify { yield &state.pointee.periods }
+    }
+    private var firing: [(Int32, UInt32)] {
+        _read { yield state.pointee.firing }
+        _modify { yield &state.pointee.firing }
+    }
     /// The last tick processed; timers due at or before it have fired.
-    public private(set) var currentTick: UInt64
+    public private(set) var currentTick: UInt64 {
+        get { state.pointee.currentTick }
+        _modify { yield &state.pointee.currentTick }
+    }
     /// The time passed to the last `advance`; new deadlines are measured from it.
-    public private(set) var nowNanos: UInt64
+    public private(set) var nowNanos: UInt64 {
+        get { state.pointee.nowNanos }
+        _modify { yield &state.pointee.nowNanos }
+    }
     /// Number of scheduled timers.
-    public private(set) var count = 0
+    public private(set) var count: Int {
+        get { state.pointee.count }
+        _modify { yield &state.pointee.count }
+    }
 
     /// - Parameters:
     ///   - tickNanos: resolution (the hub uses 1 s; tests use less).
@@ -68,9 +109,14 @@ public final class TimerWheel {
         while n < slots { n <<= 1 }
         self.tickNanos = tickNanos
         slotMask = n - 1
-        heads = Array(repeating: -1, count: n)
-        currentTick = nowNanos / tickNanos
-        self.nowNanos = nowNanos
+        state = .allocate(capacity: 1)
+        state.initialize(to: WheelState(heads: Array(repeating: -1, count: n), currentTick: nowNanos / tickNanos,
+                                        nowNanos: nowNanos))
+    }
+
+    deinit {
+        state.deinitialize(count: 1)
+        state.deallocate()
     }
 
     private func ticks(forDelay nanos: UInt64) -> UInt64 {

@@ -9,20 +9,30 @@ import Glibc
 /// by the sanitizers, so `scripts/sanitize thread` can prove the hub's real synchronization instead of drowning in
 /// false reports. glibc's mutex is futex-based too: an uncontended lock is one atomic exchange either way.
 final class Mutex<Value>: @unchecked Sendable {
-    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
-    private var value: Value
+    /// One allocation: the `pthread_mutex_t`, then the value. The value is reached through a pointer, not a stored
+    /// `var`, because Swift would check every `inout` access to a stored property at run time (exclusivity
+    /// enforcement, ~80 instructions a lock): here the lock itself is what makes the access exclusive.
+    private let base: UnsafeMutableRawPointer
+    private static var valueOffset: Int {
+        let align = MemoryLayout<Value>.alignment
+        return (MemoryLayout<pthread_mutex_t>.stride + align - 1) / align * align
+    }
+    private var mutex: UnsafeMutablePointer<pthread_mutex_t> { base.assumingMemoryBound(to: pthread_mutex_t.self) }
+    private var value: UnsafeMutablePointer<Value> { (base + Self.valueOffset).assumingMemoryBound(to: Value.self) }
 
     init(_ initialValue: Value) {
-        value = initialValue
-        mutex = .allocate(capacity: 1)
-        mutex.initialize(to: pthread_mutex_t())
+        base = .allocate(byteCount: Self.valueOffset + MemoryLayout<Value>.size,
+                         alignment: max(MemoryLayout<pthread_mutex_t>.alignment, MemoryLayout<Value>.alignment))
+        base.initializeMemory(as: pthread_mutex_t.self, repeating: pthread_mutex_t(), count: 1)
+        (base + Self.valueOffset).initializeMemory(as: Value.self, repeating: initialValue, count: 1)
         pthread_mutex_init(mutex, nil)
     }
 
     deinit {
         pthread_mutex_destroy(mutex)
+        value.deinitialize(count: 1)
         mutex.deinitialize(count: 1)
-        mutex.deallocate()
+        base.deallocate()
     }
 
     /// Runs `body` with exclusive access to the value. Never call it again from inside `body` (not recursive).
@@ -30,6 +40,6 @@ final class Mutex<Value>: @unchecked Sendable {
     func withLock<Result, E: Error>(_ body: (inout Value) throws(E) -> Result) throws(E) -> Result {
         pthread_mutex_lock(mutex)
         defer { pthread_mutex_unlock(mutex) }
-        return try body(&value)
+        return try body(&value.pointee)
     }
 }
