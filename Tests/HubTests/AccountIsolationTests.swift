@@ -27,6 +27,30 @@ let canonicallyEquivalentPairs: [(String, String)] = [
         }
     }
 
+    @Test func equalityIsByteEqualityForEveryLength() {
+        // `==` compares contiguous bytes with memcmp: check it against the byte arrays, for empty, small (inline)
+        // and heap strings, ASCII and not, equal, same length but different, and different lengths.
+        var rng = SystemRandomNumberGenerator()
+        let alphabet: [String] = ["a", "b", "\u{E9}", "e\u{301}", "\u{212B}", "\u{C5}", "\u{1F600}", "\u{0}"]
+        for _ in 0..<3_000 {
+            let a = (0..<Int.random(in: 0...24, using: &rng)).map { _ in alphabet.randomElement(using: &rng)! }.joined()
+            var b = a
+            switch Int.random(in: 0..<3, using: &rng) {
+            case 0: break
+            case 1: b = (0..<Int.random(in: 0...24, using: &rng)).map { _ in alphabet.randomElement(using: &rng)! }.joined()
+            default:
+                if !b.isEmpty { b.removeLast(); b.append(alphabet.randomElement(using: &rng)!) }
+            }
+            #expect((ExactString(a) == ExactString(b)) == (Array(a.utf8) == Array(b.utf8)), "\(Array(a.utf8)) vs \(Array(b.utf8))")
+            if ExactString(a) == ExactString(b) { #expect(ExactString(a).hashValue == ExactString(b).hashValue) }
+        }
+        // A substring's copy and a string built byte by byte compare equal to the original.
+        let long = "acc_\u{E9}_" + String(repeating: "x", count: 40)
+        #expect(ExactString(long) == ExactString(String(long.dropFirst(0))))
+        #expect(ExactString(long) == ExactString(String(decoding: Array(long.utf8), as: UTF8.self)))
+        #expect(ExactString(long) != ExactString(String(long.dropLast()) + "y"))
+    }
+
     @Test func registryKeepsEquivalentAccountsApart() {
         final class Sub {}
         for (a, b) in canonicallyEquivalentPairs {
