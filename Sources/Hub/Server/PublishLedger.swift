@@ -71,19 +71,11 @@ final class PublishLedger {
             let n = delivered[i]
             totalPublished += 1
             totalDelivered += n
-            var record = channels[event.channel]
-            record.published += 1
-            record.delivered += n
-            record.lastEventAt = event.wallTime
             let recent = RecentEvent(type: event.type, account: event.account, seq: event.seq, size: event.frame.count,
                                      delivered: n, at: event.wallTime)
-            if record.recent.count < Self.recentLimit {
-                record.recent.append(recent)
-            } else {
-                record.recent[record.recentNext] = recent
-            }
-            record.recentNext = (record.recentNext + 1) % Self.recentLimit
-            channels[event.channel] = record
+            // In place: a copy of the record would share its `recent` ring, and writing to it would copy the ring
+            // (20 events, two strings each) on every event.
+            Self.update(&channels[event.channel], with: recent)
         }
         guard !tails.isEmpty || !remoteTails.isEmpty else { return }
         let node = cluster?.nodeID
@@ -115,6 +107,18 @@ final class PublishLedger {
                 cluster.forward(remoteTails[r].node, .line(id: remoteTails[r].id, from: cluster.nodeID, bytes: line()))
             }
         }
+    }
+
+    private static func update(_ record: inout ChannelRecord, with recent: RecentEvent) {
+        record.published += 1
+        record.delivered += recent.delivered
+        record.lastEventAt = recent.at
+        if record.recent.count < recentLimit {
+            record.recent.append(recent)
+        } else {
+            record.recent[record.recentNext] = recent
+        }
+        record.recentNext = (record.recentNext + 1) % recentLimit
     }
 
     /// The channel's recent events, newest first.
