@@ -92,6 +92,62 @@ private let validUpgrade = "GET /chat?room=a%20b&x=1+2 HTTP/1.1\r\nHost: server.
     }
 }
 
+/// The parser appends runs of ordinary bytes in one go; fed one byte at a time, every run is one byte long, which is
+/// the byte-by-byte reading the runs must agree with. Random heads around small limits, with stray CRs and LFs, must
+/// give the same head or the same error (status, code and message: which limit is hit first) both ways, and at a
+/// random split too.
+@Test func runsAgreeWithByteAtATimeReading() {
+    var rng = SystemRandomNumberGenerator()
+    let pieces: [[UInt8]] = [Array("GET /a HTTP/1.1".utf8), Array("X: ".utf8), Array("vvvvvvv".utf8), Array("Host: h".utf8),
+                             [0x0D, 0x0A], [0x0D, 0x0A], [0x0D, 0x0A], [0x0D], [0x0A], [0x20], Array(":".utf8), [0x00], [0xC3, 0xA9]]
+    func outcome(_ r: Result<(HTTPRequestHead, Int), HTTPError>) -> String {
+        switch r {
+        case .success(let (head, consumed)):
+            return "ok \(head.method) \(head.target) \(head.headers.entries.map { "\($0.name)=\($0.value)" }) \(consumed)"
+        case .failure(let e): return "error \(e.status) \(e.code) \(e.message)"
+        }
+    }
+    for _ in 0..<4_000 {
+        var wire = Array("GET /a HTTP/1.1\r\n".utf8)
+        for _ in 0..<Int.random(in: 0...12, using: &rng) { wire += pieces.randomElement(using: &rng)! }
+        if Bool.random(using: &rng) { wire += [0x0D, 0x0A, 0x0D, 0x0A] }
+        let limits = HTTPParserLimits(maxLineLength: Int.random(in: 1...40, using: &rng), maxHeaderCount: 8,
+                                      maxHeadSize: Int.random(in: 1...90, using: &rng))
+        let whole = outcome(parseRequestChunks([wire], limits: limits))
+        let single = outcome(parseRequestChunks(wire.map { [$0] }, limits: limits))
+        #expect(whole == single, "\(wire) \(limits.maxLineLength) \(limits.maxHeadSize)")
+        let cut = Int.random(in: 0...wire.count, using: &rng)
+        let split = outcome(parseRequestChunks([Array(wire[..<cut]), Array(wire[cut...])], limits: limits))
+        #expect(whole == split, "\(wire) cut at \(cut)")
+    }
+}
+
+/// Which limit a run of bytes hits first is decided as if byte by byte: the first byte past a limit throws, and a byte
+/// past both is reported as too large a head (the head size is counted before the line is checked).
+@Test func limitPrecedenceIsByteByByte() {
+    let start = "GET /aaaaaaaa HTTP/1.1"  // 22 bytes
+    func error(_ wire: String, line: Int, head: Int) -> String? {
+        let limits = HTTPParserLimits(maxLineLength: line, maxHeaderCount: 8, maxHeadSize: head)
+        for chunks in [[bytes(wire)], bytes(wire).map { [$0] }] {
+            guard case .failure(let e) = parseRequestChunks(chunks, limits: limits) else { return nil }
+            if chunks.count > 1 { return "\(e.status) \(e.code) \(e.message)" }
+        }
+        return nil
+    }
+    // The 11th byte passes both limits: the head's.
+    #expect(error(start + "\r\n\r\n", line: 10, head: 10) == "431 HEADER_TOO_LARGE message head larger than 10 bytes")
+    // The line's first (byte 11), the head's later.
+    #expect(error(start + "\r\n\r\n", line: 10, head: 11)?.hasPrefix("414 URI_TOO_LONG") == true)
+    // The head's first.
+    #expect(error(start + "\r\n\r\n", line: 11, head: 10) == "431 HEADER_TOO_LARGE message head larger than 10 bytes")
+    // A header line: past both at once (its 15th byte, the head's 31st), then the line's first.
+    let headerLine = "GET / HTTP/1.1\r\nX: vvvvvvvvvvvvvvv\r\n\r\n"  // start line 16 bytes with its CRLF
+    #expect(error(headerLine, line: 14, head: 30) == "431 HEADER_TOO_LARGE message head larger than 30 bytes")
+    #expect(error(headerLine, line: 14, head: 100) == "431 HEADER_TOO_LARGE header line longer than 14 bytes")
+    // A bare LF before either limit is the LF's error.
+    #expect(error("GET /a\nHTTP/1.1\r\n\r\n", line: 10, head: 10)?.hasPrefix("400 BAD_REQUEST bare LF") == true)
+}
+
 @Test func bytesAfterTheHeadAreNotConsumed() throws {
     let frame: [UInt8] = [0x81, 0x85, 0x37, 0xfa, 0x21, 0x3d, 0x7f, 0x9f, 0x4d, 0x51, 0x58]
     let wire = bytes(validUpgrade) + frame
