@@ -116,6 +116,10 @@ public struct HTTPRequestHead: Sendable {
     }
 
     static func formDecode<Bytes: Collection>(_ bytes: Bytes) -> String where Bytes.Element == UInt8 {
+        // Nothing to decode (a JWT never needs escaping): the bytes are the value.
+        if !bytes.contains(where: { $0 == UInt8(ascii: "+") || $0 == UInt8(ascii: "%") }) {
+            return String(decoding: bytes, as: UTF8.self)
+        }
         var out: [UInt8] = []
         out.reserveCapacity(bytes.count)
         var i = bytes.startIndex

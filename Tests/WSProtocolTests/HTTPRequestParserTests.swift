@@ -218,6 +218,22 @@ func hasTokenMatchesTokens(field: String, name: String, contains: Bool, only: Bo
     #expect((head.headers.tokens(name) == ["upgrade"]) == only)
 }
 
+@Test func headerNamesCompareASCIICaseInsensitively() {
+    // Against the definition: same UTF-8 length, bytes equal after folding A-Z to a-z (nothing else is folded).
+    var rng = SystemRandomNumberGenerator()
+    let alphabet: [String] = ["a", "A", "k", "K", "\u{212A}", "-", "z", "Z", "[", "{", "@", "`", "\u{E9}", "\u{C9}"]
+    func fold(_ b: UInt8) -> UInt8 { (0x41...0x5A).contains(b) ? b + 0x20 : b }
+    for _ in 0..<3_000 {
+        let a = (0..<Int.random(in: 0...20, using: &rng)).map { _ in alphabet.randomElement(using: &rng)! }.joined()
+        let b = Bool.random(using: &rng) ? String(a.map { c -> Character in Bool.random() ? Character(c.uppercased()) : c })
+            : (0..<Int.random(in: 0...20, using: &rng)).map { _ in alphabet.randomElement(using: &rng)! }.joined()
+        let expected = a.utf8.count == b.utf8.count && zip(a.utf8, b.utf8).allSatisfy { fold($0) == fold($1) }
+        #expect(HTTPHeaders.equalsIgnoringCase(a, b) == expected, "\(a) vs \(b)")
+    }
+    #expect(HTTPHeaders.equalsIgnoringCase("Sec-WebSocket-Key", "sec-websocket-key"))
+    #expect(!HTTPHeaders.equalsIgnoringCase("Sec-WebSocket-Key", "sec-websocket-kez"))
+}
+
 @Test func hasTokenIsASCIIOnly() {
     // U+212A KELVIN SIGN lowercases to an ASCII "k": `tokens` would call this "websocket"; the upgrade must not.
     let headers = HTTPHeaders([("Upgrade", "websoc\u{212A}et")])
