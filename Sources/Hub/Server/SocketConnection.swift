@@ -22,15 +22,16 @@ import WSProtocol
 final class SocketConnection: ConnectionHandler {
     /// One reply, possibly not known yet.
     final class Slot {
-        /// The reply line; released once it is entirely in the outbound queue.
-        var bytes: [UInt8]?
+        /// The reply line; released once it is entirely in the outbound queue. A batch's publish replies are
+        /// slices of one array (one allocation per batch, not per reply).
+        var bytes: ArraySlice<UInt8>?
         /// Bytes of `bytes` already in the outbound queue.
         var sent = 0
         /// What the slot counts in `heldBytes`: an estimate while the reply is being produced, then the bytes
         /// of it not yet in the outbound queue.
         var weight: Int
         init(_ bytes: [UInt8]) {
-            self.bytes = bytes
+            self.bytes = bytes[...]
             weight = bytes.count
         }
         init(estimate: Int) {
@@ -226,16 +227,24 @@ final class SocketConnection: ConnectionHandler {
                 // The ledger counts the batch even when its publisher has gone away meanwhile.
                 context.value?.ledger?.record(outcome.events, delivered: outcome.delivered)
                 guard let me = me.value else { return }
-                var w = JSONWriter(capacity: 48)
+                // Every reply of the batch is written into one buffer; each slot gets its line as a slice of it.
+                var w = JSONWriter(capacity: 48 * waiting.value.count)
+                var ends: [Int] = []
+                ends.reserveCapacity(waiting.value.count)
                 for (entry, reply) in zip(waiting.value, outcome.replies) {
-                    w.reset()
                     if let failure = reply.failure {
                         SocketReplies.error(code: SocketErrorCode(rawValue: failure.code) ?? .brokerUnavailable, message: failure.message,
                                             id: entry.id, into: &w)
                     } else {
                         SocketReplies.published(seq: reply.seq, delivered: reply.delivered, duplicate: reply.duplicate, id: entry.id, into: &w)
                     }
-                    me.fill(entry.slot, w.takeBytes())
+                    ends.append(w.count)
+                }
+                let lines = w.takeBytes()
+                var start = 0
+                for (entry, end) in zip(waiting.value, ends) {
+                    me.fill(entry.slot, lines[start..<end])
+                    start = end
                 }
                 me.flushReplies()
             }
@@ -257,7 +266,7 @@ final class SocketConnection: ConnectionHandler {
             loop.execute {
                 guard let me = me.value else { return }
                 me.gathering -= 1
-                me.fill(box.value, line)
+                me.fill(box.value, line[...])
                 me.flushReplies()
             }
         }
@@ -279,7 +288,7 @@ final class SocketConnection: ConnectionHandler {
     }
 
     /// The reply of a pending slot is known: it now counts its real size.
-    private func fill(_ slot: Slot, _ bytes: [UInt8]) {
+    private func fill(_ slot: Slot, _ bytes: ArraySlice<UInt8>) {
         heldBytes += bytes.count - slot.weight
         slot.weight = bytes.count
         slot.bytes = bytes
@@ -328,10 +337,12 @@ final class SocketConnection: ConnectionHandler {
         while room > 0, slotHead < slots.count, let bytes = slots[slotHead].bytes {
             let slot = slots[slotHead]
             let n = min(room, bytes.count - slot.sent)
+            let from = bytes.startIndex + slot.sent
             if slot.sent == 0 && n == bytes.count && out.isEmpty && slotHead + 1 == slots.count {
-                out = bytes  // the common single reply: no copy into `out`
+                // The common single reply: written from the slot's bytes, no copy into `out`.
+                _ = bytes.withUnsafeBytes { connection.write(copying: $0) }
             } else {
-                out.append(contentsOf: bytes[slot.sent..<(slot.sent + n)])
+                out.append(contentsOf: bytes[from..<(from + n)])
             }
             slot.sent += n
             slot.weight -= n
