@@ -67,6 +67,16 @@ let canonicallyEquivalentPairs: [(String, String)] = [
         #expect(index["Kelvin"] == 0)
         #expect(index["\u{212A}elvin"] == nil)  // KELVIN SIGN, canonically equivalent to "K"
         #expect(index["wallet_updates"] == 1)
+        // Both ways of looking up (a scan for up to 8 names, a dictionary beyond) answer alike: exact bytes, the
+        // first of a name configured twice, nil for an unknown one.
+        for count in [1, 3, 8, 9, 20] {
+            let names = (0..<count).map { "ch\u{E9}_\($0)" } + ["ch\u{E9}_0"]
+            let index = ChannelIndex(names)
+            for i in 0..<count { #expect(index["ch\u{E9}_\(i)"] == i) }
+            #expect(index["che\u{301}_0"] == nil)
+            #expect(index["ch\u{E9}_\(count)"] == nil)
+            #expect(index[""] == nil)
+        }
     }
 }
 

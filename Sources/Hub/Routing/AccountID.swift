@@ -56,13 +56,22 @@ public typealias AccountID = ExactString
 /// but not byte-equal, is an unknown channel.
 public struct ChannelIndex: Sendable {
     private let indices: [ExactString: Int]
+    /// The configured names in order, scanned instead of hashed when there are few (the usual two or three: a byte
+    /// comparison per name costs less than hashing the name, once per published event).
+    private let few: [ExactString]?
 
     public init(_ names: [String]) {
         var indices: [ExactString: Int] = [:]
         for (i, name) in names.enumerated() where indices[ExactString(name)] == nil { indices[ExactString(name)] = i }
         self.indices = indices
+        few = names.count <= 8 ? names.map { ExactString($0) } : nil
     }
 
-    /// The channel's index in the configured list, or nil for an unknown name.
-    public subscript(name: String) -> Int? { indices[ExactString(name)] }
+    /// The channel's index in the configured list (the first, if a name is configured twice), or nil for an
+    /// unknown name.
+    public subscript(name: String) -> Int? {
+        let key = ExactString(name)
+        if let few { return few.firstIndex(of: key) }
+        return indices[key]
+    }
 }
