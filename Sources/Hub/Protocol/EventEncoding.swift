@@ -39,7 +39,7 @@ public enum EventEncoding {
         w.field("channel", channel)
         w.field("seq", seq)
         if broadcast { w.field("broadcast", true) }
-        w.key("data")
+        w.key("data" as StaticString)
         if let data { w.raw(data) } else { w.null() }
         w.endObject()
         let buffer = w.takeBytes()

@@ -437,7 +437,7 @@ public final class LocalBroker: Broker {
         w.field("channel", channelName)
         w.field("seq", seq)
         if broadcast { w.field("broadcast", true) }
-        w.key("data")
+        w.key("data" as StaticString)  // a bare literal picks key(String), which escapes it
         w.raw(draft.data)
         w.endObject()
         let frame = w.withBytes { LoopContext.frame(opcode: .text, $0) }
