@@ -7,9 +7,9 @@ set format y '%g'
 set multiplot layout 1,2
 $lat << EOD
 server p50 p90 p99 p99.9 max
-hub 213.90949999999998 369.099 503.3165 595.5915 678.88
-uws 205.52100000000002 260.0465 297.7955 322.9615 327.541
-socketify 216.007 276.824 335.544 369.099 393.5325
+hub 247.464 398.4585 511.705 587.2025 674.798
+uws 195.0355 247.464 304.0875 339.73850000000004 348.5005
+socketify 209.715 274.7265 360.71 423.6245 437.6935
 EOD
 set title "publish-to-receive latency, all deliveries"
 set ylabel 'ms (log scale)'
@@ -22,10 +22,10 @@ set boxwidth 0.9
 set xtics rotate by -25
 plot for [i=2:6] $lat using i:xtic(1) title columnheader(i)
 unset logscale y
-$d30132 << EOD
-"hub" 1.065
-"uws" 1.4
-"socketify" 1.525
+$d43665 << EOD
+"hub" 1.0750000000000002
+"uws" 1.335
+"socketify" 1.58
 EOD
 set title "server CPU per delivery"
 set ylabel 'µs'
@@ -36,5 +36,5 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d30132 using 2:xtic(1) notitle lc rgb '#4477aa'
+plot $d43665 using 2:xtic(1) notitle lc rgb '#4477aa'
 unset multiplot
