@@ -396,14 +396,20 @@ public final class EventLoop: @unchecked Sendable {
         teardown()
     }
 
-    /// Whether the loop may block now; if so, marks it sleeping under the inbox lock, so a job appended from now on
-    /// writes the eventfd (and one appended before was seen here).
-    private func mayGoToSleep() -> Bool {
-        guard pendingFlush.isEmpty && pendingClose.isEmpty else { return false }
-        return inbox.withLock { box -> Bool in
-            guard box.jobs.isEmpty && !box.stopRequested else { return false }
+    /// How long the loop may block in `epoll_wait` now, in ms (-1: until woken; 0: not at all). Before it returns
+    /// anything but 0 it marks the loop sleeping under the inbox lock, so a job appended from then on writes the
+    /// eventfd (and one appended before was seen here); `iterate` clears the mark when `epoll_wait` returns.
+    private func sleepTimeout() -> Int32 {
+        guard pendingFlush.isEmpty && pendingClose.isEmpty else { return 0 }
+        var timeout: Int32 = -1
+        if let nanos = timers.nanosUntilNextTick(now: monotonicNanos()) {
+            timeout = Int32(clamping: (nanos + 999_999) / 1_000_000)
+            if timeout == 0 { return 0 }
+        }
+        return inbox.withLock { box -> Int32 in
+            guard box.jobs.isEmpty && !box.stopRequested else { return 0 }
             box.sleeping = true
-            return true
+            return timeout
         }
     }
 
@@ -415,19 +421,15 @@ public final class EventLoop: @unchecked Sendable {
     /// was requested, and how much was done: events dispatched, jobs run, connections flushed or closed.
     private func iterate(mayBlock: Bool) -> (stop: Bool, work: Int) {
         for hook in preHooks { hook() }
-        var timeout: Int32 = -1
-        if !mayBlock || !mayGoToSleep() {
-            timeout = 0
-        } else if let nanos = timers.nanosUntilNextTick(now: monotonicNanos()) {
-            timeout = Int32(clamping: (nanos + 999_999) / 1_000_000)
-        }
+        let timeout = mayBlock ? sleepTimeout() : 0
         let ready: Int
         do {
             ready = try epoll.wait(timeoutMs: timeout)
         } catch {
             preconditionFailure("epoll_wait: \(error)")
         }
-        // Awake again: jobs appended while this iteration's events are handled need no eventfd write.
+        // Awake again (the loop was marked sleeping exactly when the timeout is not 0): jobs appended from now on
+        // need no eventfd write.
         if timeout != 0 { inbox.withLock { $0.sleeping = false } }
         // The loop may have slept for minutes; deadlines set during this iteration count from now.
         timers.updateNow(monotonicNanos())
@@ -473,7 +475,6 @@ public final class EventLoop: @unchecked Sendable {
     private func runInbox() -> (stop: Bool, jobs: Int) {
         let stopRequested = inbox.withLock { box -> Bool in
             swap(&box.jobs, &running)
-            box.sleeping = false
             box.wakePending = false
             return box.stopRequested
         }
