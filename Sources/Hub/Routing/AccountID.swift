@@ -55,16 +55,21 @@ public typealias AccountID = ExactString
 /// The configured channels by exact name (see ``ExactString``): a name canonically equivalent to a configured one,
 /// but not byte-equal, is an unknown channel.
 public struct ChannelIndex: Sendable {
+    /// Beyond 8 names: the first index of each.
     private let indices: [ExactString: Int]
-    /// The configured names in order, scanned instead of hashed when there are few (the usual two or three: a byte
+    /// Up to 8 names: the configured names in order, scanned instead of hashed (the usual two or three: a byte
     /// comparison per name costs less than hashing the name, once per published event).
     private let few: [ExactString]?
 
     public init(_ names: [String]) {
         var indices: [ExactString: Int] = [:]
-        for (i, name) in names.enumerated() where indices[ExactString(name)] == nil { indices[ExactString(name)] = i }
+        if names.count <= 8 {
+            few = names.map { ExactString($0) }
+        } else {
+            few = nil
+            for (i, name) in names.enumerated() where indices[ExactString(name)] == nil { indices[ExactString(name)] = i }
+        }
         self.indices = indices
-        few = names.count <= 8 ? names.map { ExactString($0) } : nil
     }
 
     /// The channel's index in the configured list (the first, if a name is configured twice), or nil for an
