@@ -17,7 +17,11 @@ public struct HTTPHeaders: Sendable {
 
     public var count: Int { entries.count }
 
-    public mutating func add(name: String, value: String) { entries.append(Entry(name: name, value: value)) }
+    public mutating func add(name: String, value: String) {
+        // A request head has a handful of fields: one allocation for up to 16 instead of one per doubling.
+        if entries.capacity == 0 { entries.reserveCapacity(16) }
+        entries.append(Entry(name: name, value: value))
+    }
 
     /// The value of the first field called `name`, if any.
     public subscript(first name: String) -> String? {

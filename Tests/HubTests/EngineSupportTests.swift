@@ -167,6 +167,31 @@ struct EngineSupportTests {
         #expect(throws: EngineError.self) { try SocketAddress(parsing: "example.com:80") }
     }
 
+    /// The IPv4 text is written digit by digit: it must equal `inet_ntop` and the port for every octet width.
+    @Test func ipv4DescriptionMatchesInetNtop() throws {
+        var rng = SystemRandomNumberGenerator()
+        let edges: [UInt8] = [0, 1, 9, 10, 99, 100, 199, 255]
+        let ports = [0, 1, 9, 10, 99, 100, 999, 1_000, 9_999, 10_000, 65_535]
+        for round in 0..<3_000 {
+            let octets: [UInt8] = (0..<4).map { _ in
+                round % 2 == 0 ? edges[Int.random(in: 0..<edges.count, using: &rng)] : UInt8.random(in: 0...255, using: &rng)
+            }
+            let port = round < ports.count ? ports[round] : Int.random(in: 0...65_535, using: &rng)
+            var sin = sockaddr_in()
+            sin.sin_family = sa_family_t(AF_INET)
+            sin.sin_port = UInt16(port).bigEndian
+            withUnsafeMutableBytes(of: &sin.sin_addr) { $0.copyBytes(from: octets) }
+            var storage = sockaddr_storage()
+            withUnsafeMutableBytes(of: &storage) { dst in withUnsafeBytes(of: sin) { dst.copyMemory(from: $0) } }
+            let address = SocketAddress(storage: storage, length: socklen_t(MemoryLayout<sockaddr_in>.size))
+            var text = [CChar](repeating: 0, count: Int(INET_ADDRSTRLEN) + 1)
+            var a = sin.sin_addr
+            #expect(inet_ntop(AF_INET, &a, &text, socklen_t(text.count)) != nil)
+            let expected = text.withUnsafeBufferPointer { String(cString: $0.baseAddress!) } + ":\(port)"
+            #expect(address.description == expected)
+        }
+    }
+
     @Test func descriptorLimitIsRaised() {
         let (soft, hard) = TCPListener.raiseDescriptorLimit()
         #expect(soft > 0 && soft <= hard)

@@ -87,13 +87,32 @@ public struct SocketAddress: @unchecked Sendable, CustomStringConvertible {
     /// "ip:port" or "[v6]:port" ("unix" for Unix sockets).
     public var description: String {
         withUnsafeBytes(of: storage) { raw -> String in
-            var text = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN) + 1)
             switch family {
             case AF_INET:
-                var a = raw.loadUnaligned(fromByteOffset: 4, as: in_addr.self)
-                inet_ntop(AF_INET, &a, &text, socklen_t(text.count))
-                return "\(text.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }):\(port)"
+                // Written digit by digit (every accepted connection names its peer): `inet_ntop` and string
+                // interpolation cost ~3 500 instructions a connection; this ~300. Same text as `inet_ntop`.
+                let port = self.port
+                return String(unsafeUninitializedCapacity: 21) { out in
+                    var n = 0
+                    func decimal(_ value: Int) {
+                        if value >= 10_000 { out[n] = UInt8(truncatingIfNeeded: 0x30 + value / 10_000); n += 1 }
+                        if value >= 1_000 { out[n] = UInt8(truncatingIfNeeded: 0x30 + value / 1_000 % 10); n += 1 }
+                        if value >= 100 { out[n] = UInt8(truncatingIfNeeded: 0x30 + value / 100 % 10); n += 1 }
+                        if value >= 10 { out[n] = UInt8(truncatingIfNeeded: 0x30 + value / 10 % 10); n += 1 }
+                        out[n] = UInt8(truncatingIfNeeded: 0x30 + value % 10)
+                        n += 1
+                    }
+                    for k in 0..<4 {
+                        if k > 0 { out[n] = UInt8(ascii: "."); n += 1 }
+                        decimal(Int(raw[4 + k]))
+                    }
+                    out[n] = UInt8(ascii: ":")
+                    n += 1
+                    decimal(port)  // 0...65535: at most 21 bytes in all
+                    return n
+                }
             case AF_INET6:
+                var text = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN) + 1)
                 var a = raw.loadUnaligned(fromByteOffset: 8, as: in6_addr.self)
                 inet_ntop(AF_INET6, &a, &text, socklen_t(text.count))
                 return "[\(text.withUnsafeBufferPointer { String(cString: $0.baseAddress!) })]:\(port)"

@@ -553,8 +553,12 @@ final class ClientConnection: ConnectionHandler {
             }
         }
         let hubEpoch = hub.broker.epoch
+        // Sized up front: each append past a capacity is an allocation and a copy.
         var reads: [StreamRead] = []
+        reads.reserveCapacity(2 * indices.count)
         var request = PendingSubscribe(names: names, indices: indices, added: added, id: id)
+        request.resumes.reserveCapacity(indices.count)
+        request.knownEpoch.reserveCapacity(indices.count)
         for (n, index) in indices.enumerated() {
             let follow = added.contains(index)
             let position = since.last { $0.channel == names[n] }
@@ -645,6 +649,7 @@ final class ClientConnection: ConnectionHandler {
         guard read.count == 2 * request.indices.count else { return fail(.internalError, reason: "broker answered a different read") }
         let hubEpoch = hub.broker.epoch
         var positions: [ClientReplies.ChannelPosition] = []
+        positions.reserveCapacity(request.indices.count)
         // A replay may fill at most half the outbound cap, so the live events behind it still fit.
         var budget = max(0, hub.configuration.maxQueuedBytes / 2 - (connection?.queuedBytes ?? 0))
         for (n, index) in request.indices.enumerated() {
