@@ -27,25 +27,6 @@ struct EngineLoopTests {
         #expect(!loop.inEventLoop)
     }
 
-    /// Jobs a job posts run in the same iteration, in order, up to `maxInboxRounds` rounds; the rest next time.
-    @Test func jobsPostedByJobsRunInTheSameIterationUpToTheBound() throws {
-        let loop = try EventLoop(drivenByCallerWith: testLoopConfiguration())
-        defer { loop.finishDriven() }
-        let order = LoopBox([Int]())
-        @Sendable func post(_ n: Int) {
-            loop.execute {
-                order.value.append(n)
-                if n < 6 { post(n + 1) }
-            }
-        }
-        post(1)
-        loop.runOnce()
-        #expect(EventLoop.maxInboxRounds == 4)
-        #expect(order.value == [1, 2, 3, 4])
-        loop.runOnce()
-        #expect(order.value == [1, 2, 3, 4, 5, 6])
-    }
-
     @Test func hooksRunEveryIteration() throws {
         let loop = try EventLoop()
         defer { loop.stop(); loop.join() }

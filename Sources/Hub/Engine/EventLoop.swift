@@ -472,31 +472,17 @@ public final class EventLoop: @unchecked Sendable {
     }
 
     /// Swaps the inbox out under the lock and runs it outside. Returns whether a stop was requested, and how many jobs ran.
-    ///
-    /// Jobs appended while a round runs (a delivery's completion posting the publisher's replies to this loop, or
-    /// another loop's hand-off arriving meanwhile) run in a further round, up to `maxInboxRounds`: otherwise each
-    /// would cost one more `epoll_wait` (timeout 0) before it ran. The bound keeps jobs that keep posting jobs from
-    /// starving the loop's sockets.
     private func runInbox() -> (stop: Bool, jobs: Int) {
-        var jobs = 0
-        for _ in 0..<Self.maxInboxRounds {
-            let (stopRequested, more) = inbox.withLock { box -> (Bool, Bool) in
-                guard !box.jobs.isEmpty else { return (box.stopRequested, false) }
-                swap(&box.jobs, &running)
-                box.wakePending = false
-                return (box.stopRequested, true)
-            }
-            guard more else { return (stopRequested, jobs) }
-            jobs += running.count
-            for job in running { job() }
-            running.removeAll(keepingCapacity: running.capacity <= 1024)
-            if stopRequested { return (true, jobs) }
+        let stopRequested = inbox.withLock { box -> Bool in
+            swap(&box.jobs, &running)
+            box.wakePending = false
+            return box.stopRequested
         }
-        return (inbox.withLock { $0.stopRequested }, jobs)
+        let jobs = running.count
+        for job in running { job() }
+        running.removeAll(keepingCapacity: running.capacity <= 1024)
+        return (stopRequested, jobs)
     }
-
-    /// Rounds of `runInbox` per iteration.
-    static let maxInboxRounds = 4
 
     /// Flushes corked connections, then frees closed ones; repeats briefly because close callbacks
     /// may write to other connections.
