@@ -27,6 +27,27 @@ struct EngineLoopTests {
         #expect(!loop.inEventLoop)
     }
 
+    /// A job posted by a job of the same inbox run waits for no `epoll_wait`: the next iteration runs it without
+    /// polling (counted in `pollsSkipped`), and the sockets are polled again the iteration after.
+    @Test func jobPostedDuringTheInboxRunsWithoutAPoll() throws {
+        let loop = try EventLoop()
+        defer { loop.stop(); loop.join() }
+        let before = loop.metricsSnapshot().pollsSkipped
+        let ran = Atomic(0)
+        // J1 is posted while the inbox runs: the next iteration runs it without polling. J1 posts J2: the iteration
+        // after that polls first (never two skips in a row), then runs it.
+        loop.execute {
+            loop.execute {
+                ran.add(1, ordering: .relaxed)
+                loop.execute { ran.add(1, ordering: .relaxed) }
+            }
+        }
+        for _ in 0..<400 where ran.load(ordering: .relaxed) < 2 { usleep(5_000) }
+        #expect(ran.load(ordering: .relaxed) == 2)
+        usleep(20_000)  // the loop is asleep again: the snapshot's own job is polled for, not skipped to
+        #expect(loop.metricsSnapshot().pollsSkipped - before == 1)
+    }
+
     @Test func hooksRunEveryIteration() throws {
         let loop = try EventLoop()
         defer { loop.stop(); loop.join() }

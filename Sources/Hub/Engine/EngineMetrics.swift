@@ -19,6 +19,8 @@ public struct EngineMetrics: Sendable, Equatable {
     public var tlsRecordLayerConnections = 0
     /// Peers that spoke plain HTTP to a TLS port (answered in the clear, then closed).
     public var tlsPlaintextRefused = 0
+    /// Iterations that ran waiting inbox jobs without polling epoll first (see `EventLoop.iterate`).
+    public var pollsSkipped = 0
     public var openConnections: Int { connectionsOpened - connectionsClosed }
 
     public init() {}
@@ -38,6 +40,7 @@ public struct EngineMetrics: Sendable, Equatable {
         r.tlsHandshakeFailures += b.tlsHandshakeFailures
         r.tlsRecordLayerConnections += b.tlsRecordLayerConnections
         r.tlsPlaintextRefused += b.tlsPlaintextRefused
+        r.pollsSkipped += b.pollsSkipped
         return r
     }
 }

@@ -83,6 +83,8 @@ public final class EventLoop: @unchecked Sendable {
         var pendingClose: [Connection] = []
         var closeSpare: [Connection] = []
         var metrics = EngineMetrics()
+        /// Whether the last iteration skipped `epoll_wait` (see `iterate`).
+        var skippedPoll = false
     }
     private let state: UnsafeMutablePointer<LoopState>
 
@@ -399,17 +401,18 @@ public final class EventLoop: @unchecked Sendable {
     /// How long the loop may block in `epoll_wait` now, in ms (-1: until woken; 0: not at all). Before it returns
     /// anything but 0 it marks the loop sleeping under the inbox lock, so a job appended from then on writes the
     /// eventfd (and one appended before was seen here); `iterate` clears the mark when `epoll_wait` returns.
-    private func sleepTimeout() -> Int32 {
-        guard pendingFlush.isEmpty && pendingClose.isEmpty else { return 0 }
+    /// Also says whether jobs are waiting in the inbox (then the timeout is 0).
+    private func sleepTimeout() -> (timeout: Int32, jobsWaiting: Bool) {
+        guard pendingFlush.isEmpty && pendingClose.isEmpty else { return (0, false) }
         var timeout: Int32 = -1
         if let nanos = timers.nanosUntilNextTick(now: monotonicNanos()) {
             timeout = Int32(clamping: (nanos + 999_999) / 1_000_000)
-            if timeout == 0 { return 0 }
+            if timeout == 0 { return (0, false) }
         }
-        return inbox.withLock { box -> Int32 in
-            guard box.jobs.isEmpty && !box.stopRequested else { return 0 }
+        return inbox.withLock { box -> (Int32, Bool) in
+            guard box.jobs.isEmpty && !box.stopRequested else { return (0, !box.jobs.isEmpty) }
             box.sleeping = true
-            return timeout
+            return (timeout, false)
         }
     }
 
@@ -421,12 +424,22 @@ public final class EventLoop: @unchecked Sendable {
     /// was requested, and how much was done: events dispatched, jobs run, connections flushed or closed.
     private func iterate(mayBlock: Bool) -> (stop: Bool, work: Int) {
         for hook in preHooks { hook() }
-        let timeout = mayBlock ? sleepTimeout() : 0
+        let (timeout, jobsWaiting) = mayBlock ? sleepTimeout() : (0, false)
         let ready: Int
-        do {
-            ready = try epoll.wait(timeoutMs: timeout)
-        } catch {
-            preconditionFailure("epoll_wait: \(error)")
+        if jobsWaiting && !state.pointee.skippedPoll {
+            // Jobs appended while the last inbox ran (a delivery's completion posting the publisher's replies)
+            // would otherwise wait for an `epoll_wait` with timeout 0 first: this iteration runs them without it.
+            // Never twice in a row, so the sockets are polled at least every other iteration.
+            state.pointee.skippedPoll = true
+            metrics.pollsSkipped += 1
+            ready = 0
+        } else {
+            state.pointee.skippedPoll = false
+            do {
+                ready = try epoll.wait(timeoutMs: timeout)
+            } catch {
+                preconditionFailure("epoll_wait: \(error)")
+            }
         }
         // Awake again (the loop was marked sleeping exactly when the timeout is not 0): jobs appended from now on
         // need no eventfd write.
