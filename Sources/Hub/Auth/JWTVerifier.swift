@@ -91,17 +91,17 @@ public struct JWTVerifier: Sendable {
         let bytes = Array(utf8)
 
         // Structure: header.payload.signature
-        var dots: [Int] = []
+        var firstDot = -1, secondDot = -1, dotCount = 0
         for (index, byte) in bytes.enumerated() where byte == UInt8(ascii: ".") {
-            dots.append(index)
-            if dots.count > 2 { break }
+            dotCount += 1
+            if dotCount == 1 { firstDot = index } else if dotCount == 2 { secondDot = index } else { break }
         }
-        guard dots.count == 2 else {
+        guard dotCount == 2 else {
             throw AuthFailure(.malformed, "access token must have exactly three dot-separated parts")
         }
-        let headerPart = bytes[..<dots[0]]
-        let payloadPart = bytes[(dots[0] + 1)..<dots[1]]
-        let signaturePart = bytes[(dots[1] + 1)...]
+        let headerPart = bytes[..<firstDot]
+        let payloadPart = bytes[(firstDot + 1)..<secondDot]
+        let signaturePart = bytes[(secondDot + 1)...]
         guard !headerPart.isEmpty, !payloadPart.isEmpty else {
             throw AuthFailure(.malformed, "access token has an empty header or payload")
         }
@@ -132,7 +132,7 @@ public struct JWTVerifier: Sendable {
         guard let signature = Base64URL.decode(bytes: signaturePart) else {
             throw AuthFailure(.malformed, "access token signature is not valid base64url")
         }
-        let signingInput = bytes[..<dots[1]]
+        let signingInput = bytes[..<secondDot]
         try checkSignature(signature, over: signingInput)
 
         // Claims (only now that the token is authentic)

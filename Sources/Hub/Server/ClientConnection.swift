@@ -581,6 +581,7 @@ final class ClientConnection: ConnectionHandler {
         // an earlier subscribe can never retire a later one's floors), without a counter in every connection.
         context.nextFloorToken += 1
         request.token = context.nextFloorToken
+        if let positions = hub.broker.attachNow(reads) { return finishSubscribe(request, positions) }
         let me = ClientRef(self)
         let loop = context.loop
         let pending = LoopOwned(request)
