@@ -391,6 +391,19 @@ final class HeldShard: FanoutShard {
     }
 }
 
+/// A fan-out shard that counts the batches handed to it and reports a delivery for each event of an account (or a
+/// broadcast, nil) it holds.
+final class RecordingShard: FanoutShard {
+    let batches = Mutex(0)
+    let holds = Mutex<[String?]>([])
+
+    func deliver(_ batch: EventBatch, done: @escaping @Sendable ([Int]) -> Void) {
+        batches.withLock { $0 += 1 }
+        let held = holds.withLock { $0 }
+        done(batch.events.map { event in held.contains(event.account?.string) ? 1 : 0 })
+    }
+}
+
 final class Outcomes: Sendable {
     private let all = Mutex<[PublishOutcome]>([])
     var list: [PublishOutcome] { all.withLock { $0 } }
@@ -413,6 +426,9 @@ final class Outcomes: Sendable {
     @Test func aRepeatedKeyIsNotDeliveredAgainAndWaitsForTheFirst() {
         let shard = HeldShard()
         let broker = LocalBroker(channelNames: ["c"], shards: [shard], options: Self.options)
+        // Connections of loop 0 follow both accounts: a loop is handed only the events of streams it follows.
+        _ = broker.attach(["a", "b"].map { StreamRead(stream: StreamKey(channel: 0, account: AccountID($0)), follow: true,
+                                                      resume: nil, limit: 0, loop: 0) })
         let first = Outcomes(), second = Outcomes(), third = Outcomes()
         // The same key twice in one batch, and again in a second batch while the first is in flight.
         Self.publish(broker, [("a", "k"), ("a", "k"), ("b", "k"), ("a", nil)], into: first)
@@ -455,10 +471,75 @@ final class Outcomes: Sendable {
         broker.detach([a])
     }
 
+    /// A batch reaches only the loops with followers of its streams (every loop for a follower whose loop is
+    /// unknown); an event nobody follows reaches none and completes at once.
+    @Test func aBatchIsHandedOnlyToTheLoopsThatFollowItsStreams() {
+        let shards = (0..<6).map { _ in RecordingShard() }
+        let broker = LocalBroker(channelNames: ["c"], shards: shards, options: Self.options)
+        func key(_ account: String?) -> StreamKey { StreamKey(channel: 0, account: account.map { AccountID($0) }) }
+        func follow(_ account: String?, loop: Int) {
+            _ = broker.attach([StreamRead(stream: key(account), follow: true, resume: nil, limit: 0, loop: loop)])
+            if loop >= 0 { shards[loop].holds.withLock { $0.append(account) } }
+        }
+        func handed(_ accounts: [String?]) -> (loops: [Int], delivered: [Int]) {
+            for shard in shards { shard.batches.withLock { $0 = 0 } }
+            let outcomes = Outcomes()
+            Self.publish(broker, accounts.map { ($0, nil) }, into: outcomes)
+            let loops = shards.indices.filter { shards[$0].batches.withLock { $0 } > 0 }
+            return (loops, outcomes.list.first?.replies.map(\.delivered) ?? [])
+        }
+        follow("a", loop: 1)
+        follow("b", loop: 5)
+        follow("b", loop: 2)
+        #expect(handed(["a"]) == ([1], [1]))
+        #expect(handed(["b"]) == ([2, 5], [2]))
+        #expect(handed(["z"]) == ([], [0]))  // nobody follows: no loop, completed at once
+        #expect(handed(["a", "z", "b"]) == ([1, 2, 5], [1, 0, 2]))
+        broker.detach([key("a")], loop: 1)
+        #expect(handed(["a"]) == ([], [0]))
+        broker.detach([key("b")], loop: 5)
+        #expect(handed(["b"]) == ([2], [1]))
+        broker.detach([key("b")], loop: 0)  // not a follower there: changes nothing
+        #expect(handed(["b"]) == ([2], [1]))
+        // A follower whose loop is not known: every loop.
+        _ = broker.attach([StreamRead(stream: key(nil), follow: true, resume: nil, limit: 0)])
+        #expect(handed([nil]).loops == [0, 1, 2, 3, 4, 5])
+    }
+
+    /// Random follows and unfollows (some of them for a loop with no follower) on up to 8 loops against per-loop
+    /// counts: the mask is exactly the loops with followers, and the total matches.
+    @Test func loopFollowersNeverLeaveOutALoopWithFollowers() {
+        var rng = SystemRandomNumberGenerator()
+        for _ in 0..<200 {
+            let loops = Int.random(in: 1...8, using: &rng)
+            var f = LoopFollowers()
+            var model = [Int](repeating: 0, count: loops)
+            for _ in 0..<200 {
+                let loop = Int.random(in: 0..<loops, using: &rng)
+                if Bool.random(using: &rng) {
+                    f.add(loop: loop)
+                    model[loop] += 1
+                } else {
+                    #expect(f.remove(loop: loop) == (model[loop] > 0))
+                    if model[loop] > 0 { model[loop] -= 1 }
+                }
+                let mask = f.mask(loops: loops)
+                for i in 0..<loops { #expect(mask >> UInt64(i) & 1 == (model[i] > 0 ? 1 : 0)) }
+                #expect(mask >> UInt64(loops) == 0)
+                #expect(f.total == model.reduce(0, +))
+                #expect(f.isEmpty == model.allSatisfy { $0 == 0 })
+                // Asked for fewer loops than the counts name: every one of them, never fewer.
+                if loops > 1, model[loops - 1] > 0 { #expect(f.mask(loops: loops - 1) == (1 << UInt64(loops - 1)) - 1) }
+            }
+        }
+    }
+
     @Test func stateRoundTripsThroughTheFile() throws {
         let shard = HeldShard()
         let broker = LocalBroker(channelNames: ["c", "d"], shards: [shard], options: Self.options)
         let outcomes = Outcomes()
+        // A connection of loop 0 follows a's stream: its first publish is delivered once (the key remembers it).
+        _ = broker.attach([StreamRead(stream: StreamKey(channel: 0, account: "a"), follow: true, resume: nil, limit: 0, loop: 0)])
         Self.publish(broker, [("a", "k1"), ("a", nil), (nil, nil), ("b", "k2")], into: outcomes)
         shard.release()
         let a = StreamKey(channel: 0, account: "a")

@@ -43,6 +43,11 @@ func publish(_ b: LocalBroker, total: Int, accounts: Int, accountNames: [Account
     if padding > 0 { data += Array(#","p":""#.utf8) + [UInt8](repeating: 0x78, count: padding) + [0x22] }
     data.append(0x7D)
     var rng: UInt64 = 0x9E3779B97F4A7C15
+    // Every account is followed by a connection (on one of the two loops), as in the hub under load: the broker hands
+    // a batch only to the loops that follow its streams. (Following again on a later call only raises the counts.)
+    _ = b.attachNow(accountNames.prefix(accounts).enumerated().map { i, name in
+        StreamRead(stream: StreamKey(channel: 0, account: name), follow: true, resume: nil, limit: 0, loop: i % 2)
+    })
     let start = cpuNanoseconds()
     var sent = 0
     data.withUnsafeMutableBytes { raw in

@@ -258,8 +258,11 @@ final class StreamState {
     var index = PositionRing()
     /// Monotonic ns of the last publish, or of the last follower leaving.
     var lastActivity: UInt64
-    /// Connections subscribed to this stream (a followed stream is never forgotten: its numbering must go on).
-    var followers = 0
+    /// Connections subscribed to this stream, by loop (a followed stream is never forgotten: its numbering must go
+    /// on). The broker hands an event only to the loops that have followers of its stream.
+    var loopFollowers = LoopFollowers()
+    /// Connections subscribed to this stream, on every loop.
+    var followers: Int { loopFollowers.total }
     /// In the store's idle queue (at most once).
     var idleQueued = false
     /// Removed from the store's table; entries still pointing at it are stale.
@@ -270,6 +273,82 @@ final class StreamState {
         self.generation = generation
         self.lastSeq = lastSeq
         self.lastActivity = now
+    }
+}
+
+/// How many connections of each loop follow a stream: loops 0 to 3 inline, loops 4 and up in an array made only on
+/// machines that run that many loops, and followers whose loop is not known (-1) on their own. No allocation for up
+/// to 4 loops (a stream per account and channel).
+///
+/// `mask` says which loops must be handed the stream's events: exactly the loops with followers, or every loop while
+/// a follower of unknown loop is there. An event must not miss a subscriber.
+struct LoopFollowers {
+    private var c0: UInt32 = 0, c1: UInt32 = 0, c2: UInt32 = 0, c3: UInt32 = 0
+    /// Followers whose loop is not known.
+    private var anywhere: UInt32 = 0
+    /// Loops 4 and up (index: loop - 4), made at the first such follower.
+    private var more: [UInt32]? = nil
+
+    var total: Int {
+        Int(c0) + Int(c1) + Int(c2) + Int(c3) + Int(anywhere) + (more?.reduce(0) { $0 + Int($1) } ?? 0)
+    }
+    var isEmpty: Bool { (c0 | c1 | c2 | c3 | anywhere) == 0 && (more?.allSatisfy { $0 == 0 } ?? true) }
+
+    /// One more follower on `loop` (-1: unknown).
+    mutating func add(loop: Int) {
+        switch loop {
+        case 0: c0 &+= 1
+        case 1: c1 &+= 1
+        case 2: c2 &+= 1
+        case 3: c3 &+= 1
+        case 4...:
+            var m = more ?? []
+            if m.count <= loop - 4 { m.append(contentsOf: repeatElement(0, count: loop - 4 - m.count + 1)) }
+            m[loop - 4] &+= 1
+            more = m
+        default: anywhere &+= 1
+        }
+    }
+
+    /// One follower fewer on `loop`; false (and nothing changed) when that loop has none.
+    mutating func remove(loop: Int) -> Bool {
+        func take(_ c: inout UInt32) -> Bool {
+            guard c > 0 else { return false }
+            c -= 1
+            return true
+        }
+        switch loop {
+        case 0: return take(&c0)
+        case 1: return take(&c1)
+        case 2: return take(&c2)
+        case 3: return take(&c3)
+        case 4...:
+            guard var m = more, loop - 4 < m.count, m[loop - 4] > 0 else { return false }
+            m[loop - 4] -= 1
+            more = m.allSatisfy { $0 == 0 } ? nil : m
+            return true
+        default: return take(&anywhere)
+        }
+    }
+
+    /// The loops (bit i: loop i) of `loops` (at most 64) that must be handed the stream's events.
+    func mask(loops: Int) -> UInt64 {
+        let all: UInt64 = loops >= 64 ? ~0 : (1 << UInt64(max(loops, 0))) &- 1
+        if anywhere > 0 { return all }
+        var m: UInt64 = 0
+        if c0 > 0 { m |= 1 }
+        if c1 > 0 { m |= 2 }
+        if c2 > 0 { m |= 4 }
+        if c3 > 0 { m |= 8 }
+        if let more {
+            for (i, n) in more.enumerated() where n > 0 {
+                guard i + 4 < 64 else { return all }
+                m |= 1 << UInt64(i + 4)
+            }
+        }
+        // A follower counted on a loop this hub does not have (never, as the hub names them): every loop, rather
+        // than none.
+        return m & ~all == 0 ? m : all
     }
 }
 
@@ -546,17 +625,18 @@ struct HistoryStore {
 
     // MARK: Followers
 
-    /// A connection follows `key` (created when absent, so its numbering is kept while anyone follows it).
-    mutating func follow(_ key: StreamKey, now: UInt64) -> StreamState {
+    /// A connection of loop `loop` (-1: unknown) follows `key` (created when absent, so its numbering is kept while
+    /// anyone follows it).
+    mutating func follow(_ key: StreamKey, loop: Int = -1, now: UInt64) -> StreamState {
         let stream = entry(key, now: now)
-        stream.followers += 1
+        stream.loopFollowers.add(loop: loop)
         return stream
     }
 
-    mutating func unfollow(_ key: StreamKey, now: UInt64) {
-        guard let stream = streams[key], stream.followers > 0 else { return }
-        stream.followers -= 1
-        if stream.followers == 0 {
+    /// Balances `follow(key, loop:)`.
+    mutating func unfollow(_ key: StreamKey, loop: Int = -1, now: UInt64) {
+        guard let stream = streams[key], stream.loopFollowers.remove(loop: loop) else { return }
+        if stream.loopFollowers.isEmpty {
             stream.lastActivity = now
             queueIfIdle(stream, now: now)
         }

@@ -256,16 +256,19 @@ public struct LocalBrokerOptions: Sendable {
     }
 }
 
-/// Broker for a single hub process: numbering and history under one lock, then one hand-off per loop per batch.
+/// Broker for a single hub process: numbering and history under one lock, then one hand-off per batch to each loop
+/// that has followers of the batch's streams (a loop with none is not woken; an event nobody follows reaches no loop).
 ///
 /// Why the lock also covers the hand-off: two intake connections publishing to the same stream must not have
 /// their events overtake each other on the way to a loop, or a client would see seq 18 before seq 17. Taking
 /// the numbers and enqueuing on every loop inside the same critical section makes the loops' inboxes agree
 /// with the numbering. The critical section encodes each event once (~100 ns for a small event), appends it to
-/// its stream's history (a few ring and counter updates), and appends one closure per loop per batch.
+/// its stream's history (a few ring and counter updates), and appends one closure per batch to each loop that
+/// follows one of its streams.
 ///
 /// The same ordering serves recovery: `attach` reads under this lock, so an event is either numbered before the
-/// read (and already in every loop's inbox, where the connection's floor skips it) or after it (and delivered live).
+/// read (and already in the inbox of each loop that followed its stream then, where the connection's floor skips
+/// it) or after it (and delivered live: the read also made the connection's loop a follower, under the same lock).
 public final class LocalBroker: Broker {
     let channelNames: [String]
     private let shards: [any FanoutShard]
@@ -313,6 +316,8 @@ public final class LocalBroker: Broker {
             var eventOfDraft = [Int](repeating: -1, count: drafts.count)
             var owned: [(event: Int, entry: IdempotencyEntry)] = []
             var waiting = 0
+            // The loops with followers of any of the batch's streams: the others are not handed it (nor woken).
+            var loops: UInt64 = 0
             for (i, draft) in drafts.enumerated() {
                 let key = draft.stream
                 if let idempotencyKey = draft.idempotencyKey, let seen = s.idempotency.lookup(key, idempotencyKey, now: now) {
@@ -325,6 +330,7 @@ public final class LocalBroker: Broker {
                     continue
                 }
                 let (stream, seq) = s.history.number(key, now: now)
+                loops |= stream.loopFollowers.mask(loops: shards.count)
                 let event = Self.frame(draft, channelName: channelNames[draft.channel], seq: seq, now: now, wall: wall,
                                        writer: &s.writer)
                 s.history.retain(event, in: stream, now: now)
@@ -336,11 +342,14 @@ public final class LocalBroker: Broker {
                 replies[i].seq = seq
                 events.append(event)
             }
+            // Past 64 loops the mask cannot say: every loop is handed the batch.
+            let everyLoop = shards.count > 64
+            let handed = events.isEmpty ? 0 : (everyLoop ? shards.count : loops.nonzeroBitCount)
             collector.prepare(events: events, replies: replies, eventOfDraft: eventOfDraft, owned: owned, waiting: waiting,
-                              shards: events.isEmpty ? 0 : shards.count)
-            guard !events.isEmpty else { return false }
+                              shards: handed)
+            guard handed > 0 else { return false }
             let batch = EventBatch(events: events)
-            for shard in shards {
+            for (i, shard) in shards.enumerated() where everyLoop || (loops >> UInt64(i)) & 1 == 1 {
                 shard.deliver(batch) { counts in collector.report(counts) }
             }
             return true
@@ -371,7 +380,8 @@ public final class LocalBroker: Broker {
         let now = monotonicNanos()
         return state.withLock { s in
             reads.map { read in
-                let stream = read.follow ? s.history.follow(read.stream, now: now) : s.history.entry(read.stream, now: now)
+                let stream = read.follow ? s.history.follow(read.stream, loop: read.loop, now: now)
+                    : s.history.entry(read.stream, now: now)
                 let epoch = String(stream.generation)
                 var position = StreamPosition(epoch: epoch, seq: stream.lastSeq, replay: nil)
                 if let resume = read.resume {
@@ -392,13 +402,12 @@ public final class LocalBroker: Broker {
         }
     }
 
-    public func detach(_ streams: [StreamKey], loop: Int) { detach(streams) }
-
-    public func detach(_ streams: [StreamKey]) {
+    /// `loop`: the one the reads that followed these streams named (-1: unknown).
+    public func detach(_ streams: [StreamKey], loop: Int = -1) {
         guard !streams.isEmpty else { return }
         let now = monotonicNanos()
         state.withLock { s in
-            for key in streams { s.history.unfollow(key, now: now) }
+            for key in streams { s.history.unfollow(key, loop: loop, now: now) }
         }
     }
 
