@@ -1,4 +1,5 @@
 import Foundation
+import COpenSSL
 import Synchronization
 import Testing
 @testable import Hub
@@ -532,6 +533,31 @@ final class Outcomes: Sendable {
                 if loops > 1, model[loops - 1] > 0 { #expect(f.mask(loops: loops - 1) == (1 << UInt64(loops - 1)) - 1) }
             }
         }
+    }
+
+    /// 16 bytes inline (a stream per account and channel carries them); past 65 534 followers of one loop, or a
+    /// loop from 4 up, or an unknown loop, the counts move aside and stay exact, and come back inline once empty.
+    @Test func loopFollowersStayCompactAndExactPastTheInlineCounts() {
+        #expect(MemoryLayout<LoopFollowers>.size == 16)
+        var f = LoopFollowers()
+        for _ in 0..<70_000 { f.add(loop: 0) }
+        f.add(loop: 3)
+        #expect(f.total == 70_001 && f.mask(loops: 4) == 0b1001)
+        f.add(loop: -1)
+        #expect(f.mask(loops: 4) == 0b1111)
+        var removed = [f.remove(loop: -1), f.remove(loop: -1), f.remove(loop: 2)]
+        #expect(removed == [true, false, false])
+        var all = true
+        for _ in 0..<70_000 { all = f.remove(loop: 0) && all }
+        removed = [all, f.remove(loop: 0)]
+        #expect(removed == [true, false] && f.mask(loops: 4) == 0b1000 && f.total == 1)
+        removed = [f.remove(loop: 3)]
+        #expect(removed == [true] && f.isEmpty && f.mask(loops: 4) == 0)
+        f.add(loop: 1)
+        #expect(f.mask(loops: 2) == 0b10 && f.total == 1)
+        // A stream's object stays in glibc's 112-byte chunks (104 usable), as before the per-loop counts.
+        let stream = StreamState(key: StreamKey(channel: 0, account: "acc_1"), generation: 1, now: 0)
+        #expect(malloc_usable_size(Unmanaged.passUnretained(stream).toOpaque()) == 104)
     }
 
     @Test func stateRoundTripsThroughTheFile() throws {

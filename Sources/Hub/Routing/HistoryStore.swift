@@ -256,6 +256,12 @@ final class StreamState {
     var lastSeq: UInt64
     /// Ring positions of its retained events, ascending.
     var index = PositionRing()
+    // The two flags sit in the 4 bytes the ring's 20 leave before the next 8-byte field: with the 16-byte follower
+    // counts the object stays in the allocator's 112-byte size class.
+    /// In the store's idle queue (at most once).
+    var idleQueued = false
+    /// Removed from the store's table; entries still pointing at it are stale.
+    var forgotten = false
     /// Monotonic ns of the last publish, or of the last follower leaving.
     var lastActivity: UInt64
     /// Connections subscribed to this stream, by loop (a followed stream is never forgotten: its numbering must go
@@ -263,10 +269,6 @@ final class StreamState {
     var loopFollowers = LoopFollowers()
     /// Connections subscribed to this stream, on every loop.
     var followers: Int { loopFollowers.total }
-    /// In the store's idle queue (at most once).
-    var idleQueued = false
-    /// Removed from the store's table; entries still pointing at it are stale.
-    var forgotten = false
 
     init(key: StreamKey, generation: UInt64, lastSeq: UInt64 = 0, now: UInt64) {
         self.key = key
@@ -276,75 +278,76 @@ final class StreamState {
     }
 }
 
-/// How many connections of each loop follow a stream: loops 0 to 3 inline, loops 4 and up in an array made only on
-/// machines that run that many loops, and followers whose loop is not known (-1) on their own. No allocation for up
-/// to 4 loops (a stream per account and channel).
+/// How many connections of each loop follow a stream, in 16 bytes: loops 0 to 3 as four 16-bit counts inline (a
+/// stream per account and channel: no allocation), everything else (a loop from 4 up, a loop not known (-1), a
+/// count reaching 65 535) in a side object that then holds every count until the stream has no follower left.
 ///
-/// `mask` says which loops must be handed the stream's events: exactly the loops with followers, or every loop while
-/// a follower of unknown loop is there. An event must not miss a subscriber.
+/// `mask` says which loops must be handed the stream's events: exactly the loops with followers, or every loop
+/// while a follower of unknown loop is there. An event must not miss a subscriber.
 struct LoopFollowers {
-    private var c0: UInt32 = 0, c1: UInt32 = 0, c2: UInt32 = 0, c3: UInt32 = 0
-    /// Followers whose loop is not known.
-    private var anywhere: UInt32 = 0
-    /// Loops 4 and up (index: loop - 4), made at the first such follower.
-    private var more: [UInt32]? = nil
+    /// Counts of loops 0-3, 16 bits each (loop i in bits 16i...16i+15), while `large` is nil.
+    private var small: UInt64 = 0
+    private var large: Large? = nil
+
+    private final class Large {
+        var perLoop: [UInt32]
+        var anywhere: UInt32 = 0
+        init(_ small: UInt64) { perLoop = (0..<4).map { UInt32(truncatingIfNeeded: small >> UInt64(16 * $0)) & 0xFFFF } }
+    }
 
     var total: Int {
-        Int(c0) + Int(c1) + Int(c2) + Int(c3) + Int(anywhere) + (more?.reduce(0) { $0 + Int($1) } ?? 0)
+        if let large { return large.perLoop.reduce(Int(large.anywhere)) { $0 + Int($1) } }
+        return (0..<4).reduce(0) { $0 + Int(truncatingIfNeeded: small >> UInt64(16 * $1) & 0xFFFF) }
     }
-    var isEmpty: Bool { (c0 | c1 | c2 | c3 | anywhere) == 0 && (more?.allSatisfy { $0 == 0 } ?? true) }
+    var isEmpty: Bool { large == nil && small == 0 }
 
     /// One more follower on `loop` (-1: unknown).
     mutating func add(loop: Int) {
-        switch loop {
-        case 0: c0 &+= 1
-        case 1: c1 &+= 1
-        case 2: c2 &+= 1
-        case 3: c3 &+= 1
-        case 4...:
-            var m = more ?? []
-            if m.count <= loop - 4 { m.append(contentsOf: repeatElement(0, count: loop - 4 - m.count + 1)) }
-            m[loop - 4] &+= 1
-            more = m
-        default: anywhere &+= 1
+        if large == nil, loop >= 0, loop < 4, small >> UInt64(16 * loop) & 0xFFFF < 0xFFFE {
+            small &+= 1 << UInt64(16 * loop)
+            return
+        }
+        let l = large ?? Large(small)
+        large = l
+        small = 0
+        if loop < 0 {
+            l.anywhere &+= 1
+        } else {
+            if l.perLoop.count <= loop { l.perLoop.append(contentsOf: repeatElement(0, count: loop + 1 - l.perLoop.count)) }
+            l.perLoop[loop] &+= 1
         }
     }
 
     /// One follower fewer on `loop`; false (and nothing changed) when that loop has none.
     mutating func remove(loop: Int) -> Bool {
-        func take(_ c: inout UInt32) -> Bool {
-            guard c > 0 else { return false }
-            c -= 1
+        guard let l = large else {
+            guard loop >= 0, loop < 4, small >> UInt64(16 * loop) & 0xFFFF > 0 else { return false }
+            small &-= 1 << UInt64(16 * loop)
             return true
         }
-        switch loop {
-        case 0: return take(&c0)
-        case 1: return take(&c1)
-        case 2: return take(&c2)
-        case 3: return take(&c3)
-        case 4...:
-            guard var m = more, loop - 4 < m.count, m[loop - 4] > 0 else { return false }
-            m[loop - 4] -= 1
-            more = m.allSatisfy { $0 == 0 } ? nil : m
-            return true
-        default: return take(&anywhere)
+        if loop < 0 {
+            guard l.anywhere > 0 else { return false }
+            l.anywhere -= 1
+        } else {
+            guard loop < l.perLoop.count, l.perLoop[loop] > 0 else { return false }
+            l.perLoop[loop] -= 1
         }
+        if l.anywhere == 0 && l.perLoop.allSatisfy({ $0 == 0 }) { large = nil }  // back to inline counts
+        return true
     }
 
     /// The loops (bit i: loop i) of `loops` (at most 64) that must be handed the stream's events.
     func mask(loops: Int) -> UInt64 {
         let all: UInt64 = loops >= 64 ? ~0 : (1 << UInt64(max(loops, 0))) &- 1
-        if anywhere > 0 { return all }
         var m: UInt64 = 0
-        if c0 > 0 { m |= 1 }
-        if c1 > 0 { m |= 2 }
-        if c2 > 0 { m |= 4 }
-        if c3 > 0 { m |= 8 }
-        if let more {
-            for (i, n) in more.enumerated() where n > 0 {
-                guard i + 4 < 64 else { return all }
-                m |= 1 << UInt64(i + 4)
+        if let large {
+            if large.anywhere > 0 { return all }
+            for (i, n) in large.perLoop.enumerated() where n > 0 {
+                guard i < 64 else { return all }
+                m |= 1 << UInt64(i)
             }
+        } else {
+            for i in 0..<4 where small >> UInt64(16 * i) & 0xFFFF != 0 { m |= 1 << UInt64(i) }
         }
         // A follower counted on a loop this hub does not have (never, as the hub names them): every loop, rather
         // than none.
