@@ -5,10 +5,10 @@ set key below
 set style fill solid 0.8 border -1
 set format y '%g'
 set multiplot layout 1,3
-$d54678 << EOD
-"hub" 4665.5
-"uws" 4654.5
-"socketify" 3936.5
+$d85944 << EOD
+"hub" 4667.0
+"uws" 4655.0
+"socketify" 3776.0
 EOD
 set title "handshakes/s during the ramp"
 set ylabel 'per second'
@@ -19,11 +19,11 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d54678 using 2:xtic(1) notitle lc rgb '#4477aa'
-$d75269 << EOD
-"hub" 0.857421875
-"uws" 1.0927734375
-"socketify" 1.2763671875
+plot $d85944 using 2:xtic(1) notitle lc rgb '#4477aa'
+$d18299 << EOD
+"hub" 0.84814453125
+"uws" 1.09326171875
+"socketify" 1.27587890625
 EOD
 set title "RSS per connection"
 set ylabel 'KiB'
@@ -34,11 +34,11 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d75269 using 2:xtic(1) notitle lc rgb '#4477aa'
-$d56733 << EOD
-"hub" 105.0
-"uws" 79.69999999999999
-"socketify" 238.95
+plot $d18299 using 2:xtic(1) notitle lc rgb '#4477aa'
+$d9104 << EOD
+"hub" 105.25
+"uws" 78.95
+"socketify" 244.2
 EOD
 set title "server CPU per handshake"
 set ylabel 'µs'
@@ -49,5 +49,5 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d56733 using 2:xtic(1) notitle lc rgb '#4477aa'
+plot $d9104 using 2:xtic(1) notitle lc rgb '#4477aa'
 unset multiplot
