@@ -621,10 +621,9 @@ public final class RedisBroker: Broker, @unchecked Sendable {
 
     // MARK: Subscriptions
 
-    public func attach(_ reads: [StreamRead], completion: @escaping @Sendable (Result<[StreamPosition], BrokerFailure>) -> Void) -> [StreamPosition]? {
+    public func attach(_ reads: [StreamRead], completion: @escaping @Sendable (Result<[StreamPosition], BrokerFailure>) -> Void) {
         let box = LoopOwned(reads)
         loop.execute { [unowned self] in self.attachOnLoop(box.value, completion: completion) }
-        return nil
     }
 
     private func attachOnLoop(_ reads: [StreamRead], completion: @escaping @Sendable (Result<[StreamPosition], BrokerFailure>) -> Void) {

@@ -267,8 +267,6 @@ final class StreamState {
     /// Connections subscribed to this stream, by loop (a followed stream is never forgotten: its numbering must go
     /// on). The broker hands an event only to the loops that have followers of its stream.
     var loopFollowers = LoopFollowers()
-    /// Connections subscribed to this stream, on every loop.
-    var followers: Int { loopFollowers.total }
 
     init(key: StreamKey, generation: UInt64, lastSeq: UInt64 = 0, now: UInt64) {
         self.key = key
@@ -582,7 +580,7 @@ struct HistoryStore {
     mutating func settle(_ stream: StreamState, now: UInt64) { queueIfIdle(stream, now: now) }
 
     private mutating func queueIfIdle(_ stream: StreamState, now: UInt64) {
-        guard stream.followers == 0, !stream.idleQueued, !stream.forgotten else { return }
+        guard stream.loopFollowers.isEmpty, !stream.idleQueued, !stream.forgotten else { return }
         stream.idleQueued = true
         idle.append(IdleEntry(stream: stream, since: now))
     }
@@ -608,7 +606,7 @@ struct HistoryStore {
             idle.removeFirst()
             let stream = entry.stream
             stream.idleQueued = false
-            guard !stream.forgotten, stream.followers == 0 else { continue }
+            guard !stream.forgotten, stream.loopFollowers.isEmpty else { continue }
             if stream.lastActivity &+ limits.ttlNanos <= now {
                 forget(stream)
             } else {

@@ -197,15 +197,14 @@ public protocol Broker: Sendable {
 
     /// Reads the position of each stream and, where asked, the history after a position, atomically with respect
     /// to numbering: every event numbered after the read reaches the loops' inboxes after it, in seq order per
-    /// stream. Returns the positions at once when it can (the local broker); otherwise returns nil and calls
-    /// `completion` later, from any thread, exactly once. Every `follow: true` read is balanced by a `detach`,
-    /// whether the read succeeded or not.
-    func attach(_ reads: [StreamRead], completion: @escaping @Sendable (Result<[StreamPosition], BrokerFailure>) -> Void) -> [StreamPosition]?
-
-    /// `attach` for a broker that answers at once (the local one): the positions, or nil (and nothing done) when
-    /// the answer would come later, in which case the caller uses `attach(_:completion:)`. Lets the caller skip
-    /// building a completion it would never call (three allocations per subscribe).
+    /// stream. A broker that can answer at once (the local one) returns the positions; one backed by a remote store
+    /// returns nil and does nothing, and the caller then asks `attach(_:completion:)`. (Two calls rather than one
+    /// with an optional result: the caller builds the completion, three allocations per subscribe, only when it
+    /// is needed.) Every `follow: true` read is balanced by a `detach`, whether the read succeeded or not.
     func attachNow(_ reads: [StreamRead]) -> [StreamPosition]?
+
+    /// `attachNow`'s read for a broker that answers later: calls `completion` from any thread, exactly once.
+    func attach(_ reads: [StreamRead], completion: @escaping @Sendable (Result<[StreamPosition], BrokerFailure>) -> Void)
 
     /// Connections on loop `loop` stopped following these streams (one call per `follow: true` read).
     func detach(_ streams: [StreamKey], loop: Int)
@@ -370,11 +369,12 @@ public final class LocalBroker: Broker {
         }
     }
 
-    public func attach(_ reads: [StreamRead], completion: @escaping @Sendable (Result<[StreamPosition], BrokerFailure>) -> Void) -> [StreamPosition]? {
-        attach(reads)
-    }
-
     public func attachNow(_ reads: [StreamRead]) -> [StreamPosition]? { attach(reads) }
+
+    /// The hub asks `attachNow`, which always answers here; this answers the same, through `completion`.
+    public func attach(_ reads: [StreamRead], completion: @escaping @Sendable (Result<[StreamPosition], BrokerFailure>) -> Void) {
+        completion(.success(attach(reads)))
+    }
 
     func attach(_ reads: [StreamRead]) -> [StreamPosition] {
         let now = monotonicNanos()

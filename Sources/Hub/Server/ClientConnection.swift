@@ -585,10 +585,8 @@ final class ClientConnection: ConnectionHandler {
         let me = ClientRef(self)
         let loop = context.loop
         let pending = LoopOwned(request)
-        if let positions = hub.broker.attach(reads, completion: { result in
+        hub.broker.attach(reads) { result in
             loop.execute { me.value?.attached(pending.value, result) }
-        }) {
-            return finishSubscribe(request, positions)
         }
         // The answer comes later: hold the new streams' live events, and read nothing more from the client meanwhile.
         for index in indices {
