@@ -15,13 +15,16 @@ final class HubProcess: @unchecked Sendable {
     private(set) var tlsPort: Int? = nil
     private(set) var startupLine = ""
 
-    /// The built `hub` executable next to the test bundle (`swift build --build-tests` builds it), or the one in
+    /// The line a start writes last (`HubCore.logRecoveryStart`), one per broker mode.
+    static let lastStartLines = ["recovery: new epoch", "recovery: resumed epoch", "recovery: numbering and history live in Redis"]
+
     /// True when the tests run against another build of the hub (`HUB_TEST_BINARY_DIR`: scripts/sanitize's
     /// sanitizer-built binary, whose RSS includes the sanitizer's shadow memory and quarantine).
     static var isExternalBinary: Bool {
         !(ProcessInfo.processInfo.environment["HUB_TEST_BINARY_DIR"] ?? "").isEmpty
     }
 
+    /// The built `hub` executable next to the test bundle (`swift build --build-tests` builds it), or the one in
     /// `HUB_TEST_BINARY_DIR` (scripts/sanitize runs these tests against a sanitizer-built hub this way).
     static var executablePath: String {
         if let dir = ProcessInfo.processInfo.environment["HUB_TEST_BINARY_DIR"], !dir.isEmpty {
@@ -64,7 +67,11 @@ final class HubProcess: @unchecked Sendable {
         try process.run()
         let deadline = Date().addingTimeInterval(20)
         while Date() < deadline {
-            if let line = log.split(separator: "\n").first(where: { $0.contains("listening on ws") }) {
+            // The start is complete once the recovery line that follows "listening on" is written too (tests read
+            // it right after the start; the two lines are separate writes).
+            let lines = log.split(separator: "\n")
+            if let line = lines.first(where: { $0.contains("listening on ws") }),
+               lines.contains(where: { l in Self.lastStartLines.contains { l.contains($0) } }) {
                 startupLine = String(line)
                 // "listening on ws://HOST:PORT/ws" or "wss://…", then " and wss://HOST:PORT/ws" with --tls-listen.
                 let urls = line.split(separator: "listening on ", maxSplits: 1)[1].split(separator: " (", maxSplits: 1)[0]
