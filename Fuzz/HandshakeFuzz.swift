@@ -65,7 +65,7 @@ func upgrade(_ head: HTTPRequestHead, rest: UnsafeRawBufferPointer) {
                           PerMessageDeflateConfiguration(serverNoContextTakeover: true, clientNoContextTakeover: true,
                                                          serverMaxWindowBits: 8, clientMaxWindowBits: 9)] {
         let negotiated = PerMessageDeflate.negotiate(offers: request.extensions, configuration: configuration)
-        let response = WebSocketHandshake.response101(key: request.key, subprotocol: proto, extensions: negotiated?.responseHeaderValue)
+        let response = WebSocketHandshake.response101(key: request.keyBytes, subprotocol: proto, extensions: negotiated?.responseHeaderValue)
         // The client must accept what the server said.
         var responseParser = HTTPResponseParser()
         guard case .complete(let responseHead, let consumed)? = try? responseParser.parse(response), consumed == response.count else {

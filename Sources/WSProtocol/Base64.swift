@@ -4,7 +4,13 @@ enum Base64 {
 
     static func encode<C: Collection<UInt8>>(_ bytes: C) -> String {
         var out: [UInt8] = []
-        out.reserveCapacity((bytes.count + 2) / 3 * 4)
+        encode(bytes, into: &out)
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Appends the encoding of `bytes` to `out`.
+    static func encode<C: Collection<UInt8>>(_ bytes: C, into out: inout [UInt8]) {
+        out.reserveCapacity(out.count + (bytes.count + 2) / 3 * 4)
         var it = bytes.makeIterator()
         while let b0 = it.next() {
             let b1 = it.next(), b2 = it.next()
@@ -14,37 +20,48 @@ enum Base64 {
             out.append(b1 == nil ? UInt8(ascii: "=") : alphabet[Int(n >> 6 & 63)])
             out.append(b2 == nil ? UInt8(ascii: "=") : alphabet[Int(n & 63)])
         }
-        return String(decoding: out, as: UTF8.self)
     }
 
     /// Strict decoding: length a multiple of 4, padding only at the end, unused bits zero. Nil otherwise.
     static func decode(_ string: String) -> [UInt8]? {
-        let s = Array(string.utf8)
-        guard s.count % 4 == 0 else { return nil }
         var out: [UInt8] = []
+        let s = Array(string.utf8)
         out.reserveCapacity(s.count / 4 * 3)
-        var i = 0
-        while i < s.count {
-            let last = i + 4 == s.count
+        return decode(s[...], { out.append($0) }) ? out : nil
+    }
+
+    /// How many bytes `bytes` decodes to under the rules of ``decode(_:)``, without keeping them; nil when it is not
+    /// valid Base64. (The handshake only checks that its key is 16 bytes.)
+    static func decodedCount(_ bytes: ArraySlice<UInt8>) -> Int? {
+        var n = 0
+        return decode(bytes, { _ in n += 1 }) ? n : nil
+    }
+
+    /// Decodes `s`, handing each byte to `emit`; false (after some bytes, maybe) if `s` is not valid Base64.
+    private static func decode(_ s: ArraySlice<UInt8>, _ emit: (UInt8) -> Void) -> Bool {
+        guard s.count % 4 == 0 else { return false }
+        var i = s.startIndex
+        while i < s.endIndex {
+            let last = i + 4 == s.endIndex
             var n: UInt32 = 0
             var pad = 0
             for j in 0..<4 {
                 let c = s[i + j]
                 if c == UInt8(ascii: "=") {
-                    guard last, j >= 2 else { return nil }
+                    guard last, j >= 2 else { return false }
                     pad += 1
                     n <<= 6
                 } else {
-                    guard pad == 0, let v = value(c) else { return nil }
+                    guard pad == 0, let v = value(c) else { return false }
                     n = n << 6 | UInt32(v)
                 }
             }
-            out.append(UInt8(n >> 16 & 0xFF))
-            if pad < 2 { out.append(UInt8(n >> 8 & 0xFF)) } else if n & 0xFFFF != 0 { return nil }
-            if pad < 1 { out.append(UInt8(n & 0xFF)) } else if n & 0xFF != 0 { return nil }
+            emit(UInt8(n >> 16 & 0xFF))
+            if pad < 2 { emit(UInt8(n >> 8 & 0xFF)) } else if n & 0xFFFF != 0 { return false }
+            if pad < 1 { emit(UInt8(n & 0xFF)) } else if n & 0xFF != 0 { return false }
             i += 4
         }
-        return out
+        return true
     }
 
     @inline(__always) private static func value(_ c: UInt8) -> UInt8? {

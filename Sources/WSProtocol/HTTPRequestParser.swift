@@ -77,11 +77,13 @@ public struct HTTPRequestHead: Sendable {
     /// RFC 9112 section 3.2: an HTTP/1.1 request carries exactly one Host header (400 otherwise); an HTTP/1.0
     /// request at most one.
     public func validateHost() throws(HTTPError) {
-        let hosts = headers.values("Host")
+        let hosts = headers.count(of: "Host")
         if versionMajor > 1 || (versionMajor == 1 && versionMinor >= 1) {
-            guard hosts.count == 1, !hosts[0].isEmpty else { throw .badRequest("exactly one non-empty Host header is required") }
+            guard hosts == 1, headers.firstValueBytes("Host")?.isEmpty == false else {
+                throw .badRequest("exactly one non-empty Host header is required")
+            }
         } else {
-            guard hosts.count <= 1 else { throw .badRequest("at most one Host header is allowed") }
+            guard hosts <= 1 else { throw .badRequest("at most one Host header is allowed") }
         }
     }
 
@@ -311,7 +313,7 @@ struct HeadScanner: Sendable {
         guard value.allSatisfy({ $0 >= 0x20 && $0 != 0x7F || $0 == 0x09 }) else {
             throw badLine("control character in header value")
         }
-        headers.add(name: String(decoding: name, as: UTF8.self), value: String(decoding: value, as: UTF8.self))
+        headers.add(name: name, value: value)
         return false
     }
 

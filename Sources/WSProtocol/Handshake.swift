@@ -102,7 +102,9 @@ struct ExtensionListParser {
 /// A request that passed ``WebSocketHandshake/validateUpgrade(_:)``.
 public struct UpgradeRequest: Sendable {
     /// The `Sec-WebSocket-Key` value as sent (validated: Base64 of 16 bytes).
-    public var key: String
+    public var key: String { String(decoding: keyBytes, as: UTF8.self) }
+    /// The same, as bytes (what ``WebSocketHandshake/response101(key:subprotocol:extensions:extraHeaders:)`` takes).
+    public var keyBytes: ArraySlice<UInt8>
     /// `Sec-WebSocket-Protocol` elements in the client's order, case preserved.
     public var subprotocols: [String]
     /// `Sec-WebSocket-Extensions` offers in the client's order.
@@ -112,11 +114,26 @@ public struct UpgradeRequest: Sendable {
 
 /// The server side of the RFC 6455 opening handshake (section 4.2).
 public enum WebSocketHandshake {
-    static let guid = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+    static let guid: StaticString = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
     /// `Sec-WebSocket-Accept` for a key: Base64(SHA-1(key + GUID)).
     public static func acceptValue(forKey key: String) -> String {
-        Base64.encode(SHA1.hash(Array((key + guid).utf8)))
+        var out: [UInt8] = []
+        appendAcceptValue(forKey: Array(key.utf8)[...], to: &out)
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Appends `Sec-WebSocket-Accept` for a key to `out`: the key and the GUID are hashed from a stack buffer and
+    /// the digest is encoded in place (a `String` concatenation, two arrays and a `String` before; issue 12).
+    static func appendAcceptValue(forKey key: ArraySlice<UInt8>, to out: inout [UInt8]) {
+        let guidBytes = UnsafeBufferPointer(start: guid.utf8Start, count: guid.utf8CodeUnitCount)
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: key.count + guidBytes.count + 20) { buffer in
+            var n = key.withUnsafeBufferPointer { UnsafeMutableBufferPointer(rebasing: buffer[...]).initialize(from: $0).1 }
+            n += UnsafeMutableBufferPointer(rebasing: buffer[n...]).initialize(from: guidBytes).1
+            let digest = UnsafeMutableBufferPointer(rebasing: buffer[n..<(n + 20)])
+            SHA1.hash(UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: buffer[..<n])), into: UnsafeMutableRawBufferPointer(digest))
+            Base64.encode(UnsafeBufferPointer(digest), into: &out)
+        }
     }
 
     /// Checks that `head` is a WebSocket upgrade request. The thrown error carries the status and
@@ -150,15 +167,16 @@ public enum WebSocketHandshake {
                             message: "only WebSocket version 13 is supported",
                             headers: [("Sec-WebSocket-Version", "13")])
         }
-        let keys = headers.values("Sec-WebSocket-Key")
-        guard keys.count == 1 else { throw .badRequest("exactly one Sec-WebSocket-Key header is required") }
-        guard let decoded = Base64.decode(keys[0]), decoded.count == 16 else {
+        guard headers.count(of: "Sec-WebSocket-Key") == 1, let key = headers.firstValueBytes("Sec-WebSocket-Key") else {
+            throw .badRequest("exactly one Sec-WebSocket-Key header is required")
+        }
+        guard Base64.decodedCount(key) == 16 else {
             throw .badRequest("Sec-WebSocket-Key must be the Base64 encoding of 16 bytes")
         }
         let subprotocols = headers.rawTokens("Sec-WebSocket-Protocol")
         guard subprotocols.allSatisfy(HTTPHeaders.isToken) else { throw .badRequest("invalid Sec-WebSocket-Protocol") }
         let extensions = try ExtensionOffer.parse(headers.values("Sec-WebSocket-Extensions"))
-        return UpgradeRequest(key: keys[0], subprotocols: subprotocols, extensions: extensions, head: head)
+        return UpgradeRequest(keyBytes: key, subprotocols: subprotocols, extensions: extensions, head: head)
     }
 
     /// Picks the subprotocol to answer with, in the SERVER's preference order: the first entry of
@@ -170,14 +188,14 @@ public enum WebSocketHandshake {
     }
 
     /// The `101 Switching Protocols` response completing the handshake.
-    public static func response101(key: String, subprotocol: String?, extensions: String?,
+    public static func response101(key: ArraySlice<UInt8>, subprotocol: String?, extensions: String?,
                                    extraHeaders: [(String, String)] = []) -> [UInt8] {
         // Bytes appended in place: one allocation (string interpolation and `Array(head.utf8)` made several).
         var out: [UInt8] = []
         out.reserveCapacity(160)
         func add(_ text: StaticString) { out.append(contentsOf: UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount)) }
         add("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ")
-        out.append(contentsOf: acceptValue(forKey: key).utf8)
+        appendAcceptValue(forKey: key, to: &out)
         add("\r\n")
         if let subprotocol {
             add("Sec-WebSocket-Protocol: ")

@@ -11,13 +11,17 @@ nonisolated(unsafe) private let fetchedSHA1: OpaquePointer? = EVP_MD_fetch(nil, 
 public enum SHA1 {
     public static func hash(_ bytes: [UInt8]) -> [UInt8] {
         var digest = [UInt8](repeating: 0, count: 20)
-        var length: UInt32 = 0
-        let ok = bytes.withUnsafeBytes { input in
-            digest.withUnsafeMutableBufferPointer { out in
-                EVP_Digest(input.baseAddress, input.count, out.baseAddress, &length, fetchedSHA1 ?? EVP_sha1(), nil)
-            }
+        bytes.withUnsafeBytes { input in
+            digest.withUnsafeMutableBytes { hash(input, into: $0) }
         }
-        precondition(ok == 1 && length == 20, "libcrypto SHA-1 failed")
         return digest
+    }
+
+    /// Writes the 20-byte digest of `input` to the start of `digest` (at least 20 bytes).
+    static func hash(_ input: UnsafeRawBufferPointer, into digest: UnsafeMutableRawBufferPointer) {
+        precondition(digest.count >= 20, "a SHA-1 digest is 20 bytes")
+        var length: UInt32 = 0
+        let ok = EVP_Digest(input.baseAddress, input.count, digest.baseAddress, &length, fetchedSHA1 ?? EVP_sha1(), nil)
+        precondition(ok == 1 && length == 20, "libcrypto SHA-1 failed")
     }
 }

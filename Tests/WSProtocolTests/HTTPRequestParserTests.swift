@@ -197,6 +197,33 @@ private let validUpgrade = "GET /chat?room=a%20b&x=1+2 HTTP/1.1\r\nHost: server.
     #expect(head.headers.entries.map(\.name) == ["Host", "X-A", "x-a", "X-A", "connection", "X-Tab"])
 }
 
+/// The fields are kept as bytes: counts and byte values without `String`s, values as sent (obs-text included),
+/// and the `String` accessors repairing invalid UTF-8 as `String(decoding:)` does.
+@Test func headersKeepBytesAndAnswerByName() throws {
+    var raw = Array("GET / HTTP/1.1\r\nHost: h\r\nX-Key: abc\r\nx-key:  \r\nX-Obs: a".utf8)
+    raw += [0xFF, 0xC3, 0xA9]
+    raw += Array("\r\nEmpty:\r\n\r\n".utf8)
+    let headers = try parseRequestChunks([raw]).get().0.headers
+    #expect(headers.count == 5)
+    #expect(headers.count(of: "X-KEY") == 2)
+    #expect(headers.count(of: "X-Ke") == 0)
+    #expect(headers.count(of: "missing") == 0)
+    #expect(headers.firstValueBytes("x-key").map(Array.init) == Array("abc".utf8))
+    #expect(headers.firstValueBytes("empty").map(Array.init) == [])
+    #expect(headers.firstValueBytes("missing") == nil)
+    #expect(headers.firstValueBytes("x-obs").map(Array.init) == [0x61, 0xFF, 0xC3, 0xA9])
+    #expect(headers[first: "X-Obs"] == "a\u{FFFD}\u{E9}")
+    #expect(headers.values("X-Key") == ["abc", ""])
+    #expect(headers.entries == [.init(name: "Host", value: "h"), .init(name: "X-Key", value: "abc"), .init(name: "x-key", value: ""),
+                                .init(name: "X-Obs", value: "a\u{FFFD}\u{E9}"), .init(name: "Empty", value: "")])
+    // Built from Strings, the same answers.
+    var built = HTTPHeaders([("Host", "h")])
+    built.add(name: "Sec-WebSocket-Protocol", value: " a, B ,,c ")
+    #expect(built.rawTokens("sec-websocket-protocol") == ["a", "B", "c"])
+    #expect(built.entries.map(\.value) == ["h", " a, B ,,c "])
+    #expect(HTTPHeaders().count(of: "Host") == 0 && HTTPHeaders().values("Host").isEmpty)
+}
+
 /// `hasToken` (the allocation-free check the upgrade uses) answers what `tokens(_:)` answers for ASCII values.
 @Test(arguments: [
     ("Connection: keep-alive, UPGRADE", "Connection", true, false),

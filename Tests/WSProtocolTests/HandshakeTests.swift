@@ -6,13 +6,13 @@ import Testing
 }
 
 @Test func full101Response() {
-    let bytes = WebSocketHandshake.response101(key: "dGhlIHNhbXBsZSBub25jZQ==", subprotocol: "chat",
+    let bytes = WebSocketHandshake.response101(key: Array("dGhlIHNhbXBsZSBub25jZQ==".utf8)[...], subprotocol: "chat",
                                                extensions: "permessage-deflate", extraHeaders: [("X-Hub", "1")])
     let expected = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
         "Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\nSec-WebSocket-Protocol: chat\r\n" +
         "Sec-WebSocket-Extensions: permessage-deflate\r\nX-Hub: 1\r\n\r\n"
     #expect(String(decoding: bytes, as: UTF8.self) == expected)
-    let bare = WebSocketHandshake.response101(key: "dGhlIHNhbXBsZSBub25jZQ==", subprotocol: nil, extensions: nil)
+    let bare = WebSocketHandshake.response101(key: Array("dGhlIHNhbXBsZSBub25jZQ==".utf8)[...], subprotocol: nil, extensions: nil)
     #expect(String(decoding: bare, as: UTF8.self) == "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n" +
         "Connection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n")
 }
@@ -26,6 +26,36 @@ import Testing
     #expect(Base64.decode("Zm8=") == Array("fo".utf8))
     #expect(Base64.decode("Zg==") == Array("f".utf8))
     for bad in ["Zg=", "Z===", "Zh==", "Zm9=", "Zg==Zg==", "Zm 8", "Zm8*"] { #expect(Base64.decode(bad) == nil, "\(bad)") }
+}
+
+/// The accept value is hashed and encoded in place from the key's bytes; checked against the definition,
+/// Base64(SHA-1(key + GUID)) built from `String`s and arrays, for keys of every length up to 64.
+@Test func acceptValueMatchesItsDefinition() {
+    var rng = SystemRandomNumberGenerator()
+    for length in 0...64 {
+        let key = String((0..<length).map { _ in Character(Unicode.Scalar(UInt8.random(in: 0x21...0x7E, using: &rng))) })
+        let expected = Base64.encode(SHA1.hash(Array((key + "\(WebSocketHandshake.guid)").utf8)))
+        #expect(WebSocketHandshake.acceptValue(forKey: key) == expected, "\(key)")
+        var out = Array("prefix".utf8)
+        WebSocketHandshake.appendAcceptValue(forKey: Array(key.utf8)[...], to: &out)
+        #expect(out == Array(("prefix" + expected).utf8))
+    }
+}
+
+/// `decodedCount` (the key check, which keeps no bytes) accepts exactly what `decode` accepts, with its length.
+@Test func base64DecodedCountAgreesWithDecode() {
+    var rng = SystemRandomNumberGenerator()
+    let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=*".utf8)
+    var valid = 0
+    for _ in 0..<20_000 {
+        let text = (0..<Int.random(in: 0...12, using: &rng)).map { _ in alphabet.randomElement(using: &rng) ?? 0 }
+        let decoded = Base64.decode(String(decoding: text, as: UTF8.self))
+        #expect(Base64.decodedCount(text[...]) == decoded?.count, "\(String(decoding: text, as: UTF8.self))")
+        if decoded != nil { valid += 1 }
+    }
+    #expect(valid > 100, "the random texts include valid ones")
+    let key = Array("xx dGhlIHNhbXBsZSBub25jZQ== yy".utf8)
+    #expect(Base64.decodedCount(key[3..<27]) == 16, "a slice that does not start at 0")
 }
 
 private func head(_ lines: [String], method: String = "GET", version: String = "HTTP/1.1") throws -> HTTPRequestHead {
@@ -160,7 +190,7 @@ private func parseResponse(_ wire: [UInt8]) throws(HTTPError) -> (HTTPResponseHe
     #expect(upgrade.head.headers[first: "authorization"] == "Bearer x")
     let proto = WebSocketHandshake.selectSubprotocol(offered: upgrade.subprotocols, supported: ["v1", "v2"])
     let negotiated = try #require(PerMessageDeflate.negotiate(offers: upgrade.extensions, configuration: PerMessageDeflateConfiguration()))
-    let wire = WebSocketHandshake.response101(key: upgrade.key, subprotocol: proto, extensions: negotiated.responseHeaderValue)
+    let wire = WebSocketHandshake.response101(key: upgrade.keyBytes, subprotocol: proto, extensions: negotiated.responseHeaderValue)
     let (response, consumed) = try parseResponse(wire + [0x81, 0x00])
     #expect(consumed == wire.count)
     #expect(response.status == 101 && response.reason == "Switching Protocols")
