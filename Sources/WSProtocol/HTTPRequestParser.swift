@@ -1,3 +1,5 @@
+import Glibc
+
 /// Limits applied while reading an HTTP/1.1 message head. Going over any of them is an error,
 /// never an unbounded buffer.
 public struct HTTPParserLimits: Sendable {
@@ -246,12 +248,7 @@ struct HeadScanner: Sendable {
                 // The run of ordinary bytes up to the next CR or LF is appended in one go (a byte at a time cost ~40
                 // instructions a byte, most of the parser's time; issue 12). The limits are checked as if byte by
                 // byte: the first byte past a limit throws, and where one byte passes both, the head limit wins.
-                var j = i
-                while j < count {
-                    let b = bytes[j]
-                    if b == 0x0D || b == 0x0A { break }
-                    j += 1
-                }
+                let j = HeadScanner.firstLineBreak(in: bytes, from: i)
                 let run = j - i
                 if run > 0 {
                     let headRoom = limits.maxHeadSize - headSize
@@ -287,6 +284,16 @@ struct HeadScanner: Sendable {
             }
         }
         return nil
+    }
+
+    /// The index of the first CR or LF in `bytes` at or after `start`, or `bytes.count`: `memchr` for the CR, then
+    /// for an LF before it (glibc's vectorised search; a byte-at-a-time loop cost ~9 instructions a byte, a
+    /// quarter of the parser's time for a request carrying a token).
+    static func firstLineBreak(in bytes: UnsafeRawBufferPointer, from start: Int) -> Int {
+        guard let base = bytes.baseAddress, start < bytes.count else { return bytes.count }
+        let cr = memchr(base + start, 0x0D, bytes.count - start).map { $0 - UnsafeMutableRawPointer(mutating: base) } ?? bytes.count
+        guard cr > start else { return cr }
+        return memchr(base + start, 0x0A, cr - start).map { $0 - UnsafeMutableRawPointer(mutating: base) } ?? cr
     }
 
     /// Returns true when the blank line ending the head was seen.

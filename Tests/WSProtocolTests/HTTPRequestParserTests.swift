@@ -224,6 +224,23 @@ private let validUpgrade = "GET /chat?room=a%20b&x=1+2 HTTP/1.1\r\nHost: server.
     #expect(HTTPHeaders().count(of: "Host") == 0 && HTTPHeaders().values("Host").isEmpty)
 }
 
+/// The scanner's search for the end of a run (two `memchr`s) finds what a byte-at-a-time loop finds.
+@Test func firstLineBreakMatchesAByteLoop() {
+    var rng = SystemRandomNumberGenerator()
+    let alphabet: [UInt8] = [0x41, 0x20, 0x0D, 0x0A, 0x3A, 0xFF]
+    for _ in 0..<5_000 {
+        let count = Int.random(in: 0...80, using: &rng)
+        // Mostly ordinary bytes, so runs are long enough to matter.
+        let bytes = (0..<count).map { _ in Int.random(in: 0..<10, using: &rng) == 0 ? alphabet.randomElement(using: &rng) ?? 0 : 0x61 }
+        let start = Int.random(in: 0...count, using: &rng)
+        var expected = start
+        while expected < count && bytes[expected] != 0x0D && bytes[expected] != 0x0A { expected += 1 }
+        bytes.withUnsafeBytes { raw in
+            #expect(HeadScanner.firstLineBreak(in: raw, from: start) == expected, "\(bytes) from \(start)")
+        }
+    }
+}
+
 /// `hasToken` (the allocation-free check the upgrade uses) answers what `tokens(_:)` answers for ASCII values.
 @Test(arguments: [
     ("Connection: keep-alive, UPGRADE", "Connection", true, false),
