@@ -121,10 +121,19 @@ struct ProtocolClientTests {
                 == #"{"type":"subscribed","channels":["a"]}"#)
         #expect(reply {
             ClientReplies.subscribed(channels: ["a", "b"], positions: [
-                .init(channel: "a", epoch: "E.1.2", seq: 17, broadcastSeq: 3),
-                .init(channel: "b", epoch: "E.3.4", seq: 0, broadcastSeq: 0, recovered: false, reason: "too_old"),
+                .init(channel: "a", epoch: .init(hub: "E", account: "1", broadcast: "2"), seq: 17, broadcastSeq: 3),
+                .init(channel: "b", epoch: .init(hub: "E", account: "3", broadcast: "4"), seq: 0, broadcastSeq: 0, recovered: false, reason: "too_old"),
             ], id: RawJSON("1"), into: &$0)
         } == #"{"type":"subscribed","channels":["a","b"],"positions":{"a":{"epoch":"E.1.2","seq":17,"broadcastSeq":3},"b":{"epoch":"E.3.4","seq":0,"broadcastSeq":0,"recovered":false,"reason":"too_old"}},"id":1}"#)
+        // The epoch is written from its parts: the same text as `ChannelEpoch.text`, each part escaped.
+        for parts in [("E", "1", "2"), ("", "", ""), ("a\"b", "\\", "\u{1}é")] {
+            let epoch = ClientReplies.ChannelEpoch(hub: parts.0, account: parts.1, broadcast: parts.2)
+            let written = reply { ClientReplies.subscribed(channels: ["c"], positions: [.init(channel: "c", epoch: epoch, seq: 1, broadcastSeq: 2)],
+                                                           id: nil, into: &$0) }
+            var expected = JSONWriter()
+            expected.string(epoch.text)
+            #expect(written.contains(#""epoch":"# + String(decoding: expected.bytes, as: UTF8.self) + ","), "\(written)")
+        }
         #expect(reply { ClientReplies.authenticated(expiresAt: 1700000900, id: RawJSON("\"a1\""), into: &$0) }
                 == #"{"type":"authenticated","expiresAt":1700000900,"id":"a1"}"#)
         #expect(reply { ClientReplies.pong(id: RawJSON("7"), into: &$0) } == #"{"type":"pong","id":7}"#)

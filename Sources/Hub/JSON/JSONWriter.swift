@@ -182,6 +182,21 @@ public struct JSONWriter: Sendable {
         needsComma = true
     }
 
+    /// One string value made of `parts` joined by `separator` (each part escaped as by ``string(_:)-(String)``),
+    /// without building the joined `String` (a channel's epoch, written for every channel of every `subscribe`).
+    public mutating func string(joining a: String, _ b: String, _ c: String, separator: StaticString) {
+        comma()
+        put(UInt8(ascii: "\""))
+        var a = a, b = b, c = c  // (no array of the parts: that would be an allocation)
+        a.withUTF8 { appendEscaped(UnsafeRawBufferPointer($0)) }
+        appendStatic(separator)
+        b.withUTF8 { appendEscaped(UnsafeRawBufferPointer($0)) }
+        appendStatic(separator)
+        c.withUTF8 { appendEscaped(UnsafeRawBufferPointer($0)) }
+        put(UInt8(ascii: "\""))
+        needsComma = true
+    }
+
     /// Writes pre-validated JSON (a whole value) as is.
     public mutating func raw(_ json: UnsafeRawBufferPointer) {
         comma()

@@ -1,10 +1,28 @@
 /// Encoders for the hub's replies to clients (docs/PROTOCOL.md sections 1.2 and 1.3). Each writes one complete
 /// JSON object into the writer (after `reset()` by the caller when reusing it); field order follows the doc.
 public enum ClientReplies {
+    /// A channel's epoch as the app sees it: `<hub epoch>.<account stream epoch>.<broadcast stream epoch>` (the
+    /// local broker's stream epochs are generation numbers; the Redis broker's are the streams' epochs in Redis).
+    /// Opaque to the app; it changes when either stream's numbering may have restarted. Kept as its parts: the
+    /// reply writes them joined without building the text.
+    public struct ChannelEpoch: Sendable, Equatable {
+        public var hub: String
+        public var account: String
+        public var broadcast: String
+        public init(hub: String, account: String, broadcast: String) {
+            self.hub = hub
+            self.account = account
+            self.broadcast = broadcast
+        }
+        /// The epoch as the app sees it (and sends back in `since`).
+        public var text: String { "\(hub).\(account).\(broadcast)" }
+        func write(into w: inout JSONWriter) { w.string(joining: hub, account, broadcast, separator: ".") }
+    }
+
     /// A channel's position in a `subscribed` reply.
     public struct ChannelPosition: Sendable, Equatable {
         public var channel: String
-        public var epoch: String
+        public var epoch: ChannelEpoch
         /// The last seq of the account's stream and of the channel's broadcast stream when the subscription took
         /// effect: every later event arrives live.
         public var seq: UInt64
@@ -13,7 +31,7 @@ public enum ClientReplies {
         public var recovered: Bool?
         public var reason: String?
 
-        public init(channel: String, epoch: String, seq: UInt64, broadcastSeq: UInt64, recovered: Bool? = nil, reason: String? = nil) {
+        public init(channel: String, epoch: ChannelEpoch, seq: UInt64, broadcastSeq: UInt64, recovered: Bool? = nil, reason: String? = nil) {
             self.channel = channel
             self.epoch = epoch
             self.seq = seq
@@ -38,7 +56,8 @@ public enum ClientReplies {
             for p in positions {
                 w.key(p.channel)
                 w.beginObject()
-                w.field("epoch", p.epoch)
+                w.key("epoch")
+                p.epoch.write(into: &w)
                 w.field("seq", p.seq)
                 w.field("broadcastSeq", p.broadcastSeq)
                 if let recovered = p.recovered { w.field("recovered", recovered) }

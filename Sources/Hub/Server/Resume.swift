@@ -1,11 +1,9 @@
 /// How a `subscribe` turns a channel's two streams (the account's and the channel's broadcasts) into one position
 /// for the app, and a resume into one all-or-nothing answer. Pure functions: `ClientConnection.subscribe` does the I/O.
 enum Resume {
-    /// The channel's epoch as the app sees it: `<hub epoch>.<account stream epoch>.<broadcast stream epoch>` (the
-    /// local broker's stream epochs are generation numbers; the Redis broker's are the streams' epochs in Redis).
-    /// Opaque to the app; it changes when either stream's numbering may have restarted.
-    static func channelEpoch(hubEpoch: String, account: String, broadcast: String) -> String {
-        "\(hubEpoch).\(account).\(broadcast)"
+    /// The channel's epoch (`ClientReplies.ChannelEpoch` says what it is) for a hub epoch and the two streams' epochs.
+    static func channelEpoch(hubEpoch: String, account: String, broadcast: String) -> ClientReplies.ChannelEpoch {
+        ClientReplies.ChannelEpoch(hub: hubEpoch, account: account, broadcast: broadcast)
     }
 
     /// The two stream epochs a channel epoch stands for, if it is one of this hub's epochs (another hub epoch, or
