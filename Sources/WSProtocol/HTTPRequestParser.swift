@@ -36,8 +36,12 @@ public struct HTTPRequestHead: Sendable {
     public var target: String
     /// The path of `target`: before the first `?`, without the scheme and authority of an absolute-form target.
     public var path: String
-    /// `target` after the first `?`, or nil when there is no `?`.
-    public var query: String?
+    /// `target` after the first `?`, or nil when there is no `?` (made on each call; `queryValue` reads the target
+    /// in place).
+    public var query: String? {
+        guard let q = target.utf8.firstIndex(of: UInt8(ascii: "?")) else { return nil }
+        return String(target.utf8[target.utf8.index(after: q)...])
+    }
     public var versionMajor: Int
     public var versionMinor: Int
     public var headers: HTTPHeaders
@@ -46,12 +50,10 @@ public struct HTTPRequestHead: Sendable {
         self.method = method
         self.target = target
         let originForm = Self.originForm(of: target)
-        if let q = originForm.firstIndex(of: "?") {
+        if let q = originForm.utf8.firstIndex(of: UInt8(ascii: "?")) {
             path = String(originForm[..<q])
-            query = String(originForm[originForm.index(after: q)...])
         } else {
             path = String(originForm)
-            query = nil
         }
         self.versionMajor = versionMajor
         self.versionMinor = versionMinor
@@ -92,7 +94,6 @@ public struct HTTPRequestHead: Sendable {
     /// The first value of query parameter `name` (`application/x-www-form-urlencoded` rules:
     /// `+` is a space, `%XX` is decoded; a malformed escape is kept literally). Nil when absent.
     public func queryValue(_ name: String) -> String? {
-        guard let query else { return nil }
         // `String ==` is canonical equivalence, under which a non-ASCII key can equal an ASCII name (U+212A KELVIN
         // SIGN is `K`): bytes decide only between ASCII strings; other keys are decoded and compared as `String`s.
         // Only the matching value is decoded (this runs once per handshake, for `access_token`).
@@ -115,8 +116,13 @@ public struct HTTPRequestHead: Sendable {
             }
             return nil
         }
-        if let found = query.utf8.withContiguousStorageIfAvailable(scan) { return found }
-        return Array(query.utf8).withUnsafeBufferPointer(scan)
+        // The query is the target after its first `?` (in absolute form too: an authority has no `?`).
+        func scanQuery(_ target: UnsafeBufferPointer<UInt8>) -> String? {
+            guard let q = target.firstIndex(of: UInt8(ascii: "?")) else { return nil }
+            return scan(UnsafeBufferPointer(rebasing: target[(q + 1)...]))
+        }
+        if let found = target.utf8.withContiguousStorageIfAvailable(scanQuery) { return found }
+        return Array(target.utf8).withUnsafeBufferPointer(scanQuery)
     }
 
     static func formDecode<Bytes: Collection>(_ bytes: Bytes) -> String where Bytes.Element == UInt8 {
