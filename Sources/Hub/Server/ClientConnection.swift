@@ -925,6 +925,7 @@ final class ClientConnection: ConnectionHandler {
         }
         guard !channels.isEmpty else { return }
         var left: [StreamKey] = []
+        left.reserveCapacity(2 * channels.count)
         for channel in channels {
             context.registry.unsubscribe(self, account: account, channel: channel)
             left.append(StreamKey(channel: channel, account: account))
