@@ -5,10 +5,10 @@ set key below
 set style fill solid 0.8 border -1
 set format y '%g'
 set multiplot layout 1,3
-$d85944 << EOD
-"hub" 4667.0
-"uws" 4655.0
-"socketify" 3776.0
+$d66918 << EOD
+"hub" 4667.5
+"uws" 4666.5
+"socketify" 4641.0
 EOD
 set title "handshakes/s during the ramp"
 set ylabel 'per second'
@@ -19,9 +19,9 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d85944 using 2:xtic(1) notitle lc rgb '#4477aa'
-$d18299 << EOD
-"hub" 0.84814453125
+plot $d66918 using 2:xtic(1) notitle lc rgb '#4477aa'
+$d11557 << EOD
+"hub" 0.84423828125
 "uws" 1.09326171875
 "socketify" 1.27587890625
 EOD
@@ -34,11 +34,11 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d18299 using 2:xtic(1) notitle lc rgb '#4477aa'
-$d9104 << EOD
-"hub" 105.25
-"uws" 78.95
-"socketify" 244.2
+plot $d11557 using 2:xtic(1) notitle lc rgb '#4477aa'
+$d19143 << EOD
+"hub" 96.85
+"uws" 75.0
+"socketify" 211.35
 EOD
 set title "server CPU per handshake"
 set ylabel 'µs'
@@ -49,5 +49,5 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d9104 using 2:xtic(1) notitle lc rgb '#4477aa'
+plot $d19143 using 2:xtic(1) notitle lc rgb '#4477aa'
 unset multiplot
