@@ -293,8 +293,8 @@ struct HeadScanner: Sendable {
     }
 
     /// The index of the first CR or LF in `bytes` at or after `start`, or `bytes.count`: `memchr` for the CR, then
-    /// for an LF before it (glibc's vectorised search; a byte-at-a-time loop cost ~9 instructions a byte, a
-    /// quarter of the parser's time for a request carrying a token).
+    /// for an LF before it (glibc's vectorised search; a byte-at-a-time loop cost ~9 instructions a byte: ~2 000 of
+    /// the ~16 700 the parser spent on a request carrying a 200-byte token in its query).
     static func firstLineBreak(in bytes: UnsafeRawBufferPointer, from start: Int) -> Int {
         guard let base = bytes.baseAddress, start < bytes.count else { return bytes.count }
         let cr = memchr(base + start, 0x0D, bytes.count - start).map { $0 - UnsafeMutableRawPointer(mutating: base) } ?? bytes.count
