@@ -284,7 +284,7 @@ import Testing
     }
 
     @Test func channelEpochs() {
-        let epoch = Resume.channelEpoch(hubEpoch: "AbC-_9", account: "12", broadcast: "3").text
+        let epoch = ClientReplies.ChannelEpoch(hub: "AbC-_9", account: "12", broadcast: "3").text
         #expect(epoch == "AbC-_9.12.3")
         #expect(Resume.streamEpochs(of: epoch, hubEpoch: "AbC-_9")! == ("12", "3"))
         // Stream epochs are opaque to this split (a local broker then finds no stream of that epoch).

@@ -654,7 +654,7 @@ final class ClientConnection: ConnectionHandler {
         for (n, index) in request.indices.enumerated() {
             let (a, b) = (read[2 * n], read[2 * n + 1])
             var position = ClientReplies.ChannelPosition(
-                channel: request.names[n], epoch: Resume.channelEpoch(hubEpoch: hubEpoch, account: a.epoch, broadcast: b.epoch),
+                channel: request.names[n], epoch: ClientReplies.ChannelEpoch(hub: hubEpoch, account: a.epoch, broadcast: b.epoch),
                 seq: a.seq, broadcastSeq: b.seq)
             if request.resumes[n] != nil {
                 var outcome = request.knownEpoch[n] ? Resume.combine(a.replay, b.replay) : .failure(.epochChanged)

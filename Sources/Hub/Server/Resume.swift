@@ -1,13 +1,9 @@
 /// How a `subscribe` turns a channel's two streams (the account's and the channel's broadcasts) into one position
 /// for the app, and a resume into one all-or-nothing answer. Pure functions: `ClientConnection.subscribe` does the I/O.
 enum Resume {
-    /// The channel's epoch (`ClientReplies.ChannelEpoch` says what it is) for a hub epoch and the two streams' epochs.
-    static func channelEpoch(hubEpoch: String, account: String, broadcast: String) -> ClientReplies.ChannelEpoch {
-        ClientReplies.ChannelEpoch(hub: hubEpoch, account: account, broadcast: broadcast)
-    }
-
-    /// The two stream epochs a channel epoch stands for, if it is one of this hub's epochs (another hub epoch, or
-    /// text that is not an epoch at all, is nil: the numbering the app knew is gone).
+    /// The two stream epochs a channel epoch (`ClientReplies.ChannelEpoch.text`) stands for, if it is one of this
+    /// hub's epochs (another hub epoch, or text that is not an epoch at all, is nil: the numbering the app knew is
+    /// gone).
     static func streamEpochs(of epoch: String, hubEpoch: String) -> (account: String, broadcast: String)? {
         let parts = epoch.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3, parts[0] == hubEpoch, !parts[1].isEmpty, !parts[2].isEmpty else { return nil }
