@@ -33,6 +33,8 @@ struct EngineLoopTests {
         let loop = try EventLoop()
         defer { loop.stop(); loop.join() }
         let before = loop.metricsSnapshot().pollsSkipped
+        // The snapshot's job ran in an inbox run: a job posted before that run ends would itself skip a poll.
+        for _ in 0..<400 where !loop.isAsleep { usleep(1_000) }
         let ran = Atomic(0)
         // J1 is posted while the inbox runs: the next iteration runs it without polling. J1 posts J2: the iteration
         // after that polls first (never two skips in a row), then runs it.
@@ -44,7 +46,7 @@ struct EngineLoopTests {
         }
         for _ in 0..<400 where ran.load(ordering: .relaxed) < 2 { usleep(5_000) }
         #expect(ran.load(ordering: .relaxed) == 2)
-        usleep(20_000)  // the loop is asleep again: the snapshot's own job is polled for, not skipped to
+        for _ in 0..<400 where !loop.isAsleep { usleep(1_000) }  // the snapshot's own job is polled for, not skipped to
         #expect(loop.metricsSnapshot().pollsSkipped - before == 1)
     }
 

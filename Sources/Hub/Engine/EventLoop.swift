@@ -63,6 +63,9 @@ public final class EventLoop: @unchecked Sendable {
     let epoll: Epoll
     private let wakeFD: Int32
     private let inbox = Mutex(Inbox())
+    /// Whether the loop is marked asleep (blocked, or about to block, in `epoll_wait`): a job posted now arrives
+    /// outside any inbox run (tests that count skipped polls wait for this).
+    var isAsleep: Bool { inbox.withLock { $0.sleeping } }
 
     /// The loop thread's mutable state, held behind a pointer rather than in stored properties: Swift checks every
     /// in-place access to a class's stored `var` at run time (exclusivity enforcement: a thread-local access set,
