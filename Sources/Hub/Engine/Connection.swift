@@ -64,26 +64,32 @@ public final class Connection {
         get { Int(maxQueued32) }
         set { maxQueued32 = Int32(clamping: newValue) }
     }
-    private var out = OutboundQueue()
-    private var spill = UnsafeMutableRawBufferPointer(start: nil, count: 0)
-    private var spillCount = 0
-    private var lingerTimer = TimerHandle.none
+    // `@exclusivity(unchecked)`: Swift checks every access to a class's stored `var` at run time (~80 instructions),
+    // and a delivered event makes a dozen of them here. These fields skip it (docs/ENGINE.md): all but `out` and
+    // `tlsState` are plain values (integers, flags, an enum without references, a raw pointer), which an overlapping
+    // access could leave stale but not unsafe; `out` and `tlsState` are reached only in short accesses that never
+    // call out (the queue's methods take no closure and hold no reference back here; `tlsState` is set once, in
+    // `init`). `handler` keeps the check: its calls do call back.
+    @exclusivity(unchecked) private var out = OutboundQueue()
+    @exclusivity(unchecked) private var spill = UnsafeMutableRawBufferPointer(start: nil, count: 0)
+    @exclusivity(unchecked) private var spillCount = 0
+    @exclusivity(unchecked) private var lingerTimer = TimerHandle.none
     /// This connection's key in its loop's registration table.
-    private var key: UInt32 = 0
-    private var interest: UInt32 = Epoll.readable
-    private var maxQueued32: Int32
-    private var closeReason = CloseReason.closed
-    private var state = State.open
+    @exclusivity(unchecked) private var key: UInt32 = 0
+    @exclusivity(unchecked) private var interest: UInt32 = Epoll.readable
+    @exclusivity(unchecked) private var maxQueued32: Int32
+    @exclusivity(unchecked) private var closeReason = CloseReason.closed
+    @exclusivity(unchecked) private var state = State.open
     /// When true (the default) writes are flushed at the end of the loop iteration; when false each
     /// write is attempted immediately.
-    public var corked = true
-    private var flushScheduled = false
-    private var readingPaused = false
+    @exclusivity(unchecked) public var corked = true
+    @exclusivity(unchecked) private var flushScheduled = false
+    @exclusivity(unchecked) private var readingPaused = false
     /// `resumeReading` queued a `redeliver` of the held bytes.
-    private var redeliveryScheduled = false
+    @exclusivity(unchecked) private var redeliveryScheduled = false
     /// The peer's EOF was read and the handler kept the connection open to finish writing
     /// (`connectionInputEnded`): reading is off for good.
-    private var inputEnded = false
+    @exclusivity(unchecked) private var inputEnded = false
 
     private enum TLSPhase { case none, handshaking, established }
     /// A TLS connection's state, in a side object a plain connection does not have (issue 12: 32 bytes less per
@@ -100,7 +106,7 @@ public final class Connection {
         var records: TLSRecordLayer?
         var secrets: UnsafeMutablePointer<hub_tls13_secrets>?
     }
-    private var tlsState: TLSState?
+    @exclusivity(unchecked) private var tlsState: TLSState?
     private var tlsPhase: TLSPhase {
         get { tlsState?.phase ?? .none }
         set { tlsState?.phase = newValue }

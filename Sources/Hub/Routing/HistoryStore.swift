@@ -249,24 +249,28 @@ struct PositionRing: ~Copyable {
 /// One stream: its numbering, where its retained events are in the ring (contiguous seqs ending at `lastSeq`,
 /// oldest first; entries the ring has since overwritten are at the front and are skipped) and how many connections
 /// of this hub follow it. Owned by a `HistoryStore` and only touched under the broker's lock.
+///
+/// The mutable fields skip Swift's run-time exclusivity check (`@exclusivity(unchecked)`, ~80 instructions an
+/// access, several per published event; docs/ENGINE.md): they are touched only by the store's methods, under the
+/// broker's lock, in accesses that call nothing outside the store while they last.
 final class StreamState {
     let key: StreamKey
     /// Bumped by the store for every stream entry it creates: a stream forgotten and created again is told apart.
     let generation: UInt64
-    var lastSeq: UInt64
+    @exclusivity(unchecked) var lastSeq: UInt64
     /// Ring positions of its retained events, ascending.
-    var index = PositionRing()
+    @exclusivity(unchecked) var index = PositionRing()
     // The two flags sit in the 4 bytes the ring's 20 leave before the next 8-byte field: with the 16-byte follower
     // counts the object stays in the allocator's 112-byte size class.
     /// In the store's idle queue (at most once).
-    var idleQueued = false
+    @exclusivity(unchecked) var idleQueued = false
     /// Removed from the store's table; entries still pointing at it are stale.
-    var forgotten = false
+    @exclusivity(unchecked) var forgotten = false
     /// Monotonic ns of the last publish, or of the last follower leaving.
-    var lastActivity: UInt64
+    @exclusivity(unchecked) var lastActivity: UInt64
     /// Connections subscribed to this stream, by loop (a followed stream is never forgotten: its numbering must go
     /// on). The broker hands an event only to the loops that have followers of its stream.
-    var loopFollowers = LoopFollowers()
+    @exclusivity(unchecked) var loopFollowers = LoopFollowers()
 
     init(key: StreamKey, generation: UInt64, lastSeq: UInt64 = 0, now: UInt64) {
         self.key = key

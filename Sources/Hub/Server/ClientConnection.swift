@@ -20,8 +20,13 @@ final class ClientConnection: ConnectionHandler {
     /// Which gauge this connection is counted in.
     enum Gauge { case handshaking, upgraded, none }
 
+    // Fields that a delivery or a handshake touches and that hold plain values (or a reference that is only read,
+    // once set) skip Swift's run-time exclusivity check: `@exclusivity(unchecked)`, ~80 instructions an access
+    // (docs/ENGINE.md). An overlapping access to one of them could see a stale value, never free memory in use.
+    // The parser, the reader, the floors and the channel list keep the check: their accesses call into the codec
+    // and the registry.
     let context: LoopContext
-    var connection: Connection!
+    @exclusivity(unchecked) var connection: Connection!
     let serial: Int
     let connectedAt = wallClockSeconds()
     /// Only until the request head is complete, then dropped with its buffers. Boxed, so an upgraded connection
@@ -55,7 +60,7 @@ final class ClientConnection: ConnectionHandler {
 
     // Identity (after the handshake)
     var account = AccountID("")
-    var tokenExpiresAt: Int64 = 0
+    @exclusivity(unchecked) var tokenExpiresAt: Int64 = 0
     var platform: String?
     var appVersion: String?
 
@@ -85,7 +90,7 @@ final class ClientConnection: ConnectionHandler {
         var heldBytes = 0
         var isEmpty: Bool { floors.isEmpty && held.isEmpty && heldBytes == 0 }
     }
-    private var answering: Answering?
+    @exclusivity(unchecked) private var answering: Answering?
     private var floors: [Floor] {
         get { answering?.floors ?? [] }
         _modify {
@@ -121,34 +126,34 @@ final class ClientConnection: ConnectionHandler {
     }
 
     // Counters for admin views.
-    var messagesIn = 0
-    var messagesOut = 0
+    @exclusivity(unchecked) var messagesIn = 0
+    @exclusivity(unchecked) var messagesOut = 0
 
     // Timers: one wheel entry per connection, re-armed for the earliest deadline.
-    private var timer = TimerHandle.none
+    @exclusivity(unchecked) private var timer = TimerHandle.none
     /// The handshake's deadline (`.http`, and `.webSocket` while awaiting `auth`), then the close's (`.closing`):
     /// one field, since a phase uses at most one of them.
-    private var phaseDeadline: UInt64 = 0
-    private var nextPingAt: UInt64 = 0
-    private var pongDeadline: UInt64 = 0
-    private var limiter: RateLimiter
+    @exclusivity(unchecked) private var phaseDeadline: UInt64 = 0
+    @exclusivity(unchecked) private var nextPingAt: UInt64 = 0
+    @exclusivity(unchecked) private var pongDeadline: UInt64 = 0
+    @exclusivity(unchecked) private var limiter: RateLimiter
 
     // The small fields together, after the others: stored properties are laid out in declaration order, so spread
     // among 8-byte fields each would take 8 (issue 12: an idle connection's memory).
-    var phase = Phase.http
-    var mode = Mode.hub
-    private var closeHandshake = CloseHandshake(role: .server)
-    private var gauge = Gauge.none
+    @exclusivity(unchecked) var phase = Phase.http
+    @exclusivity(unchecked) var mode = Mode.hub
+    @exclusivity(unchecked) private var closeHandshake = CloseHandshake(role: .server)
+    @exclusivity(unchecked) private var gauge = Gauge.none
     /// The peer's close frame has arrived.
-    private var peerClosed = false
-    private var warnedExpiry = false
+    @exclusivity(unchecked) private var peerClosed = false
+    @exclusivity(unchecked) private var warnedExpiry = false
     /// Counted against `--max-connections-per-account` (released when the connection closes).
-    private var countedForAccount = false
+    @exclusivity(unchecked) private var countedForAccount = false
     /// Upgraded without a token (a browser's way): the first message must be `auth`, within the handshake timeout.
     /// Until then the connection has no account, accepts nothing else and counts as handshaking.
-    private(set) var awaitingAuth = false
+    @exclusivity(unchecked) private(set) var awaitingAuth = false
     /// A subscribe waits for the broker's answer: reading from the client is paused.
-    private var attaching = false
+    @exclusivity(unchecked) private var attaching = false
 
     init(context: LoopContext, serial: Int) {
         self.context = context

@@ -24,12 +24,12 @@ final class SocketConnection: ConnectionHandler {
     final class Slot {
         /// The reply line; released once it is entirely in the outbound queue. A batch's publish replies are
         /// slices of one array (one allocation per batch, not per reply).
-        var bytes: ArraySlice<UInt8>?
+        @exclusivity(unchecked) var bytes: ArraySlice<UInt8>?
         /// Bytes of `bytes` already in the outbound queue.
-        var sent = 0
+        @exclusivity(unchecked) var sent = 0
         /// What the slot counts in `heldBytes`: an estimate while the reply is being produced, then the bytes
         /// of it not yet in the outbound queue.
-        var weight: Int
+        @exclusivity(unchecked) var weight: Int
         init(_ bytes: [UInt8]) {
             self.bytes = bytes[...]
             weight = bytes.count
@@ -39,24 +39,28 @@ final class SocketConnection: ConnectionHandler {
         }
     }
 
+    // Every publish passes through these fields several times: they skip Swift's run-time exclusivity check
+    // (`@exclusivity(unchecked)`, ~80 instructions an access; docs/ENGINE.md). Each access is one statement, or a
+    // mutating call on a value (`framer`, the arrays) that calls nothing outside it while it lasts; the handlers and
+    // completions that do call out only read them between such accesses.
     let context: LoopContext
-    var connection: Connection!
-    private var framer: LineFramer
-    private var slots: [Slot] = []
-    private var slotHead = 0
+    @exclusivity(unchecked) var connection: Connection!
+    @exclusivity(unchecked) private var framer: LineFramer
+    @exclusivity(unchecked) private var slots: [Slot] = []
+    @exclusivity(unchecked) private var slotHead = 0
     /// The sum of the weights of the unwritten slots.
-    private var heldBytes = 0
+    @exclusivity(unchecked) private var heldBytes = 0
     /// Admin requests being gathered from the loops.
-    private var gathering = 0
-    private var drafts: [EventDraft] = []
-    private var draftSlots: [(slot: Slot, id: RawJSON?)] = []
-    private(set) var tail: (channel: Int, account: AccountID?)?
+    @exclusivity(unchecked) private var gathering = 0
+    @exclusivity(unchecked) private var drafts: [EventDraft] = []
+    @exclusivity(unchecked) private var draftSlots: [(slot: Slot, id: RawJSON?)] = []
+    @exclusivity(unchecked) private(set) var tail: (channel: Int, account: AccountID?)?
     /// The tail starts receiving events only once every reply before it, and its own `tailing` reply, is written:
     /// events must not overtake earlier replies, and publishes sent before the tail request are not tailed.
-    private var tailAwaitingStart = false
-    private var paused = false
+    @exclusivity(unchecked) private var tailAwaitingStart = false
+    @exclusivity(unchecked) private var paused = false
     /// The peer has sent everything (its EOF was read): close once every reply is written.
-    private var inputEnded = false
+    @exclusivity(unchecked) private var inputEnded = false
 
     /// Take no further request while this many reply bytes are owed (queued, waiting or being produced); read
     /// again below half of it.
