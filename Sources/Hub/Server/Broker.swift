@@ -307,12 +307,14 @@ public final class LocalBroker: Broker {
         guard !drafts.isEmpty else { completion(PublishOutcome(events: [], delivered: [], replies: [])); return }
         let now = monotonicNanos()
         let wall = wallClockSeconds()
-        let collector = DeliveryCollector(broker: self, completion: completion)
+        let collector = DeliveryCollector.make(broker: self, completion: completion)
         let handedOff = state.withLock { s -> Bool in
             var events: [PublishedEvent] = []
             events.reserveCapacity(drafts.count)
             var replies = [PublishReply](repeating: PublishReply(seq: 0, delivered: 0, duplicate: false), count: drafts.count)
-            var eventOfDraft = [Int](repeating: -1, count: drafts.count)
+            // Per draft, the index of its event (-1: a duplicate). Made only once a duplicate turns up: until then
+            // draft i is event i (an array less per batch; each costs ~700 instructions).
+            var eventOfDraft: [Int] = []
             var owned: [(event: Int, entry: IdempotencyEntry)] = []
             var waiting = 0
             // The loops with followers of any of the batch's streams: the others are not handed it (nor woken).
@@ -320,6 +322,8 @@ public final class LocalBroker: Broker {
             for (i, draft) in drafts.enumerated() {
                 let key = draft.stream
                 if let idempotencyKey = draft.idempotencyKey, let seen = s.idempotency.lookup(key, idempotencyKey, now: now) {
+                    if eventOfDraft.isEmpty { eventOfDraft = Array(0..<i) }
+                    eventOfDraft.append(-1)
                     s.duplicates += 1
                     replies[i] = PublishReply(seq: seen.seq, delivered: seen.delivered ?? 0, duplicate: true)
                     if seen.delivered == nil {
@@ -337,7 +341,7 @@ public final class LocalBroker: Broker {
                    let entry = s.idempotency.insert(key, idempotencyKey, seq: seq, now: now, wallTime: wall) {
                     owned.append((events.count, entry))
                 }
-                eventOfDraft[i] = events.count
+                if !eventOfDraft.isEmpty { eventOfDraft.append(events.count) }
                 replies[i].seq = seq
                 events.append(event)
             }
@@ -348,8 +352,9 @@ public final class LocalBroker: Broker {
                               shards: handed)
             guard handed > 0 else { return false }
             let batch = EventBatch(events: events)
+            let reference = DeliveryCollector.Reference(collector: collector)
             for (i, shard) in shards.enumerated() where everyLoop || (loops >> UInt64(i)) & 1 == 1 {
-                shard.deliver(batch) { counts in collector.report(counts) }
+                shard.deliver(batch) { counts in reference.collector.report(counts) }
             }
             return true
         }
@@ -470,12 +475,29 @@ public final class LocalBroker: Broker {
 
 /// Sums per-shard delivery counts, records idempotency outcomes, waits for the duplicates of in-flight publishes,
 /// and completes the batch once, when all of that is done.
-final class DeliveryCollector: Sendable {
-    private struct State {
+///
+/// One allocation per batch: the state and its `pthread_mutex_t` are the header and the single element of one
+/// `ManagedBuffer` (as a class with a `Mutex`, the collector took three: itself, the `Mutex` and the mutex's
+/// memory). Made by `make`; the state is reached only through its pointer, under the lock.
+final class DeliveryCollector: ManagedBuffer<DeliveryCollector.Header, pthread_mutex_t> {
+    /// The collector as a `@Sendable` closure captures it: `ManagedBuffer` is never `Sendable`, but every access to
+    /// the collector's state is under its lock, and the rest of its header never changes.
+    struct Reference: @unchecked Sendable {
+        let collector: DeliveryCollector
+    }
+
+    struct Header {
+        let broker: LocalBroker
+        let completion: @Sendable (PublishOutcome) -> Void
+        var state = State()
+    }
+
+    struct State {
         var events: [PublishedEvent] = []
         var delivered: [Int] = []
         var replies: [PublishReply] = []
-        /// Per draft: the index of its event, or -1 for a duplicate.
+        /// Per draft: the index of its event, or -1 for a duplicate; empty when the batch has no duplicate (draft i
+        /// is then event i).
         var eventOfDraft: [Int] = []
         /// Idempotency entries this batch created, by event index.
         var owned: [(event: Int, entry: IdempotencyEntry)] = []
@@ -484,21 +506,38 @@ final class DeliveryCollector: Sendable {
         var fannedOut = false
         var completed = false
     }
-    private let state = Mutex(State())
-    private let broker: LocalBroker
-    private let completion: @Sendable (PublishOutcome) -> Void
 
-    init(broker: LocalBroker, completion: @escaping @Sendable (PublishOutcome) -> Void) {
-        self.broker = broker
-        self.completion = completion
+    static func make(broker: LocalBroker, completion: @escaping @Sendable (PublishOutcome) -> Void) -> DeliveryCollector {
+        let made = unsafeDowncast(create(minimumCapacity: 1) { _ in Header(broker: broker, completion: completion) },
+                                  to: DeliveryCollector.self)
+        made.withUnsafeMutablePointerToElements { mutex in
+            mutex.initialize(to: pthread_mutex_t())
+            pthread_mutex_init(mutex, nil)
+        }
+        return made
+    }
+
+    deinit {
+        withUnsafeMutablePointerToElements { mutex in
+            pthread_mutex_destroy(mutex)
+            mutex.deinitialize(count: 1)
+        }
+    }
+
+    private func withLock<Result>(_ body: (inout State) -> Result) -> Result {
+        withUnsafeMutablePointers { header, mutex in
+            pthread_mutex_lock(mutex)
+            defer { pthread_mutex_unlock(mutex) }
+            return body(&header.pointee.state)
+        }
     }
 
     /// Called under the broker's lock, before any shard can report.
     func prepare(events: [PublishedEvent], replies: [PublishReply], eventOfDraft: [Int],
                  owned: [(event: Int, entry: IdempotencyEntry)], waiting: Int, shards: Int) {
-        state.withLock { s in
+        withLock { s in
             s.events = events
-            s.delivered = Array(repeating: 0, count: events.count)
+            // The first shard's counts become `delivered` (see `report`): no array of zeros per batch.
             s.replies = replies
             s.eventOfDraft = eventOfDraft
             s.owned = owned
@@ -509,22 +548,36 @@ final class DeliveryCollector: Sendable {
     }
 
     func report(_ counts: [Int]) {
-        let done = state.withLock { s -> Bool in
-            for i in counts.indices where i < s.delivered.count { s.delivered[i] += counts[i] }
+        let done = withLock { s -> Bool in
+            if s.delivered.isEmpty && counts.count == s.events.count {
+                s.delivered = counts
+            } else {
+                if s.delivered.isEmpty { s.delivered = Array(repeating: 0, count: s.events.count) }
+                for i in counts.indices where i < s.delivered.count { s.delivered[i] += counts[i] }
+            }
             s.remainingShards -= 1
             return s.remainingShards == 0
         }
         if done { fannedOut() }
     }
 
-    /// Every shard has reported (or there was nothing to fan out).
+    /// Every shard has reported (or there was nothing to fan out). Without idempotency entries to resolve, the batch
+    /// completes under the same lock.
     func fannedOut() {
-        let owned = state.withLock { s -> [(entry: IdempotencyEntry, delivered: Int)] in
-            for (i, e) in s.eventOfDraft.enumerated() where e >= 0 { s.replies[i].delivered = s.delivered[e] }
+        let (owned, outcome) = withLock { s -> ([(entry: IdempotencyEntry, delivered: Int)], PublishOutcome?) in
+            if s.delivered.count != s.events.count { s.delivered = Array(repeating: 0, count: s.events.count) }  // no shard had followers
+            if s.eventOfDraft.isEmpty {
+                for i in s.replies.indices where i < s.delivered.count { s.replies[i].delivered = s.delivered[i] }
+            } else {
+                for (i, e) in s.eventOfDraft.enumerated() where e >= 0 { s.replies[i].delivered = s.delivered[e] }
+            }
             s.fannedOut = true
-            return s.owned.map { ($0.entry, s.delivered[$0.event]) }
+            guard s.owned.isEmpty else { return (s.owned.map { ($0.entry, s.delivered[$0.event]) }, nil) }
+            return ([], Self.complete(&s))
         }
+        if let outcome { return finish(outcome) }
         if !owned.isEmpty {
+            let broker = withUnsafeMutablePointerToHeader { $0.pointee.broker }
             for waiter in broker.resolve(owned) { waiter.collector.duplicateResolved(waiter.index, delivered: waiter.delivered) }
         }
         finishIfDone()
@@ -532,7 +585,7 @@ final class DeliveryCollector: Sendable {
 
     /// The first publish of a key one of our drafts repeated has completed.
     func duplicateResolved(_ index: Int, delivered: Int) {
-        state.withLock { s in
+        withLock { s in
             if index < s.replies.count { s.replies[index].delivered = delivered }
             s.waitingDuplicates -= 1
         }
@@ -540,12 +593,21 @@ final class DeliveryCollector: Sendable {
     }
 
     private func finishIfDone() {
-        let outcome = state.withLock { s -> PublishOutcome? in
-            guard s.fannedOut, s.waitingDuplicates <= 0, !s.completed else { return nil }
-            s.completed = true
-            return PublishOutcome(events: s.events, delivered: s.delivered, replies: s.replies)
-        }
-        if let outcome { completion(outcome) }
+        if let outcome = withLock({ Self.complete(&$0) }) { finish(outcome) }
+    }
+
+    /// The outcome, once and only once everything is in (under the lock).
+    private static func complete(_ s: inout State) -> PublishOutcome? {
+        guard s.fannedOut, s.waitingDuplicates <= 0, !s.completed else { return nil }
+        s.completed = true
+        return PublishOutcome(events: s.events, delivered: s.delivered, replies: s.replies)
+    }
+
+    /// The completion is read through the header's pointer (`ManagedBuffer.header` is a stored `var` of a class:
+    /// each access would cost a run-time exclusivity check); it never changes.
+    private func finish(_ outcome: PublishOutcome) {
+        let completion = withUnsafeMutablePointerToHeader { $0.pointee.completion }
+        completion(outcome)
     }
 }
 

@@ -231,24 +231,28 @@ final class SocketConnection: ConnectionHandler {
                 // The ledger counts the batch even when its publisher has gone away meanwhile.
                 context.value?.ledger?.record(outcome.events, delivered: outcome.delivered)
                 guard let me = me.value else { return }
-                // Every reply of the batch is written into one buffer; each slot gets its line as a slice of it.
-                var w = JSONWriter(capacity: 48 * waiting.value.count)
-                var ends: [Int] = []
-                ends.reserveCapacity(waiting.value.count)
-                for (entry, reply) in zip(waiting.value, outcome.replies) {
-                    if let failure = reply.failure {
-                        SocketReplies.error(code: SocketErrorCode(rawValue: failure.code) ?? .brokerUnavailable, message: failure.message,
-                                            id: entry.id, into: &w)
-                    } else {
-                        SocketReplies.published(seq: reply.seq, delivered: reply.delivered, duplicate: reply.duplicate, id: entry.id, into: &w)
+                // Every reply of the batch is written into one buffer; each slot gets its line as a slice of it. The
+                // ends of the lines are kept on the stack (no array per batch).
+                let entries = waiting.value
+                var w = JSONWriter(capacity: 48 * entries.count)
+                withUnsafeTemporaryAllocation(of: Int.self, capacity: entries.count) { ends in
+                    var n = 0
+                    for (entry, reply) in zip(entries, outcome.replies) {
+                        if let failure = reply.failure {
+                            SocketReplies.error(code: SocketErrorCode(rawValue: failure.code) ?? .brokerUnavailable, message: failure.message,
+                                                id: entry.id, into: &w)
+                        } else {
+                            SocketReplies.published(seq: reply.seq, delivered: reply.delivered, duplicate: reply.duplicate, id: entry.id, into: &w)
+                        }
+                        ends[n] = w.count
+                        n += 1
                     }
-                    ends.append(w.count)
-                }
-                let lines = w.takeBytes()
-                var start = 0
-                for (entry, end) in zip(waiting.value, ends) {
-                    me.fill(entry.slot, lines[start..<end])
-                    start = end
+                    let lines = w.takeBytes()
+                    var start = 0
+                    for i in 0..<n {
+                        me.fill(entries[i].slot, lines[start..<ends[i]])
+                        start = ends[i]
+                    }
                 }
                 me.flushReplies()
             }
