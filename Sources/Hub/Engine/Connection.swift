@@ -54,7 +54,10 @@ public final class Connection {
     /// The socket; valid until the connection closes.
     public let fd: Int32
     private let generation: UInt32
-    public unowned let loop: EventLoop
+    /// Strong, not `unowned`: reading an `unowned` reference retains and releases it each time (the run time checks
+    /// the object is still alive), a dozen times per delivered event. A connection never outlives its loop's use of
+    /// it: the loop's teardown closes and deregisters every connection, which is what ends the cycle.
+    public let loop: EventLoop
     /// "ip:port", "[v6]:port" or "unix".
     public let peer: String
     public private(set) var handler: (any ConnectionHandler)?

@@ -23,8 +23,9 @@ final class ClientConnection: ConnectionHandler {
     // Fields that a delivery or a handshake touches and that hold plain values (or a reference that is only read,
     // once set) skip Swift's run-time exclusivity check: `@exclusivity(unchecked)`, ~80 instructions an access
     // (docs/ENGINE.md). An overlapping access to one of them could see a stale value, never free memory in use.
-    // The parser, the reader, the floors and the channel list keep the check: their accesses call into the codec
-    // and the registry.
+    // The floors and held events of a subscribe being answered (`Answering`) skip it too: they change only by
+    // appends, a `removeAll(where:)` with a pure predicate and assignments. The parser, the reader and the channel
+    // list keep the check: their accesses call into the codec and the registry.
     let context: LoopContext
     @exclusivity(unchecked) var connection: Connection!
     let serial: Int
@@ -84,10 +85,10 @@ final class ClientConnection: ConnectionHandler {
     /// Floors and held events live in a side object that exists only while a subscribe is being answered, so an
     /// idle connection carries one nil pointer for them (issue 12: 24 bytes less per connection).
     private final class Answering {
-        var floors: [Floor] = []
+        @exclusivity(unchecked) var floors: [Floor] = []
         /// Live events of the streams a waiting subscribe adds, held until the answer (bounded by the outbound cap).
-        var held: [PublishedEvent] = []
-        var heldBytes = 0
+        @exclusivity(unchecked) var held: [PublishedEvent] = []
+        @exclusivity(unchecked) var heldBytes = 0
         var isEmpty: Bool { floors.isEmpty && held.isEmpty && heldBytes == 0 }
     }
     @exclusivity(unchecked) private var answering: Answering?
