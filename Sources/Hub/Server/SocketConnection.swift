@@ -227,38 +227,48 @@ final class SocketConnection: ConnectionHandler {
         let context = LoopBound(self.context)
         let loop = self.context.loop
         hub.broker.publish(drafts) { outcome in
-            loop.execute {
-                // The ledger counts the batch even when its publisher has gone away meanwhile.
-                context.value?.ledger?.record(outcome.events, delivered: outcome.delivered)
-                guard let me = me.value else { return }
-                // Every reply of the batch is written into one buffer; each slot gets its line as a slice of it. The
-                // ends of the lines are kept on the stack (no array per batch).
-                let entries = waiting.value
-                var w = JSONWriter(capacity: 48 * entries.count)
-                withUnsafeTemporaryAllocation(of: Int.self, capacity: entries.count) { ends in
-                    var n = 0
-                    for (entry, reply) in zip(entries, outcome.replies) {
-                        if let failure = reply.failure {
-                            SocketReplies.error(code: SocketErrorCode(rawValue: failure.code) ?? .brokerUnavailable, message: failure.message,
-                                                id: entry.id, into: &w)
-                        } else {
-                            SocketReplies.published(seq: reply.seq, delivered: reply.delivered, duplicate: reply.duplicate, id: entry.id, into: &w)
-                        }
-                        ends[n] = w.count
-                        n += 1
-                    }
-                    let lines = w.takeBytes()
-                    var start = 0
-                    for i in 0..<n {
-                        me.fill(entries[i].slot, lines[start..<ends[i]])
-                        start = ends[i]
-                    }
-                }
-                me.flushReplies()
+            // Already on this connection's loop (its own loop delivered the batch last, or nobody followed the batch's
+            // streams): the replies go out now, not from a job one iteration later (an allocation and an iteration
+            // less per batch). Replies cannot overtake one another either way: each waits in its slot of the FIFO.
+            if loop.inEventLoop {
+                Self.complete(outcome, waiting: waiting.value, me: me, context: context)
+            } else {
+                loop.execute { Self.complete(outcome, waiting: waiting.value, me: me, context: context) }
             }
         }
         drafts.removeAll(keepingCapacity: true)
         draftSlots.removeAll(keepingCapacity: true)
+    }
+
+    /// A batch's outcome, on the connection's loop: the ledger records it, and every reply fills its slot.
+    private static func complete(_ outcome: PublishOutcome, waiting entries: [(slot: Slot, id: RawJSON?)],
+                                 me: LoopBound<SocketConnection>, context: LoopBound<LoopContext>) {
+        // The ledger counts the batch even when its publisher has gone away meanwhile.
+        context.value?.ledger?.record(outcome.events, delivered: outcome.delivered)
+        guard let me = me.value else { return }
+        // Every reply of the batch is written into one buffer; each slot gets its line as a slice of it. The ends of
+        // the lines are kept on the stack (no array per batch).
+        var w = JSONWriter(capacity: 48 * entries.count)
+        withUnsafeTemporaryAllocation(of: Int.self, capacity: entries.count) { ends in
+            var n = 0
+            for (entry, reply) in zip(entries, outcome.replies) {
+                if let failure = reply.failure {
+                    SocketReplies.error(code: SocketErrorCode(rawValue: failure.code) ?? .brokerUnavailable, message: failure.message,
+                                        id: entry.id, into: &w)
+                } else {
+                    SocketReplies.published(seq: reply.seq, delivered: reply.delivered, duplicate: reply.duplicate, id: entry.id, into: &w)
+                }
+                ends[n] = w.count
+                n += 1
+            }
+            let lines = w.takeBytes()
+            var start = 0
+            for i in 0..<n {
+                me.fill(entries[i].slot, lines[start..<ends[i]])
+                start = ends[i]
+            }
+        }
+        me.flushReplies()
     }
 
     /// A reply another part of the hub produces later (admin views gathered from every loop), counted as
