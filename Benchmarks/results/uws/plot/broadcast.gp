@@ -7,9 +7,9 @@ set format y '%g'
 set multiplot layout 1,2
 $lat << EOD
 server p50 p90 p99 p99.9 max
-hub 192.938 331.35 457.1795 545.2595 612.2105
-uws 199.2295 255.85250000000002 301.99 331.35 344.85749999999996
-socketify 180.35500000000002 232.7835 297.7955 335.54449999999997 346.757
+hub 128.975 195.035 249.561 297.7955 346.62350000000004
+uws 165.675 205.521 234.881 262.144 279.85
+socketify 163.578 199.2295 222.2985 243.2695 255.9395
 EOD
 set title "publish-to-receive latency, all deliveries"
 set ylabel 'ms (log scale)'
@@ -22,10 +22,10 @@ set boxwidth 0.9
 set xtics rotate by -25
 plot for [i=2:6] $lat using i:xtic(1) title columnheader(i)
 unset logscale y
-$d82724 << EOD
-"hub" 1.05
-"uws" 1.295
-"socketify" 1.31
+$d74189 << EOD
+"hub" 0.99
+"uws" 1.08
+"socketify" 1.06
 EOD
 set title "server CPU per delivery"
 set ylabel 'µs'
@@ -36,5 +36,5 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d82724 using 2:xtic(1) notitle lc rgb '#4477aa'
+plot $d74189 using 2:xtic(1) notitle lc rgb '#4477aa'
 unset multiplot

@@ -5,10 +5,10 @@ set key below
 set style fill solid 0.8 border -1
 set format y '%g'
 set multiplot layout 1,3
-$d66918 << EOD
-"hub" 4667.5
-"uws" 4666.5
-"socketify" 4641.0
+$d39017 << EOD
+"hub" 4673.5
+"uws" 4673.5
+"socketify" 4665.0
 EOD
 set title "handshakes/s during the ramp"
 set ylabel 'per second'
@@ -19,11 +19,11 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d66918 using 2:xtic(1) notitle lc rgb '#4477aa'
-$d11557 << EOD
-"hub" 0.84423828125
-"uws" 1.09326171875
-"socketify" 1.27587890625
+plot $d39017 using 2:xtic(1) notitle lc rgb '#4477aa'
+$d41902 << EOD
+"hub" 0.83935546875
+"uws" 1.091796875
+"socketify" 1.27392578125
 EOD
 set title "RSS per connection"
 set ylabel 'KiB'
@@ -34,11 +34,11 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d11557 using 2:xtic(1) notitle lc rgb '#4477aa'
-$d19143 << EOD
-"hub" 96.85
-"uws" 75.0
-"socketify" 211.35
+plot $d41902 using 2:xtic(1) notitle lc rgb '#4477aa'
+$d6043 << EOD
+"hub" 83.15
+"uws" 61.35
+"socketify" 200.55
 EOD
 set title "server CPU per handshake"
 set ylabel 'µs'
@@ -49,5 +49,5 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d19143 using 2:xtic(1) notitle lc rgb '#4477aa'
+plot $d6043 using 2:xtic(1) notitle lc rgb '#4477aa'
 unset multiplot
