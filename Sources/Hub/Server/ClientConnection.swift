@@ -20,9 +20,10 @@ final class ClientConnection: ConnectionHandler {
     /// Which gauge this connection is counted in.
     enum Gauge { case handshaking, upgraded, none }
 
-    // Fields that a delivery or a handshake touches and that hold plain values (or a reference that is only read,
-    // once set) skip Swift's run-time exclusivity check: `@exclusivity(unchecked)`, ~80 instructions an access
-    // (docs/ENGINE.md). An overlapping access to one of them could see a stale value, never free memory in use.
+    // Fields that a delivery or a handshake touches skip Swift's run-time exclusivity check:
+    // `@exclusivity(unchecked)`, ~80 instructions an access (docs/ENGINE.md). They hold plain values, where an
+    // overlapping access could see a stale value but never free memory in use, or a reference that is only read or
+    // replaced in single statements (`connection`, `answering`).
     // The floors and held events of a subscribe being answered (`Answering`) skip it too: they change only by
     // appends, a `removeAll(where:)` with a pure predicate and assignments. The parser, the reader and the channel
     // list keep the check: their accesses call into the codec and the registry.
