@@ -575,11 +575,14 @@ final class DeliveryCollector: ManagedBuffer<DeliveryCollector.Header, pthread_m
             guard s.owned.isEmpty else { return (s.owned.map { ($0.entry, s.delivered[$0.event]) }, nil) }
             return ([], Self.complete(&s))
         }
-        if let outcome { return finish(outcome) }
-        if !owned.isEmpty {
-            let broker = withUnsafeMutablePointerToHeader { $0.pointee.broker }
-            for waiter in broker.resolve(owned) { waiter.collector.duplicateResolved(waiter.index, delivered: waiter.delivered) }
+        guard !owned.isEmpty else {
+            // Completion was decided under that lock: now, or else by the last awaited duplicate's `duplicateResolved`
+            // (which sees `fannedOut`).
+            if let outcome { finish(outcome) }
+            return
         }
+        let broker = withUnsafeMutablePointerToHeader { $0.pointee.broker }
+        for waiter in broker.resolve(owned) { waiter.collector.duplicateResolved(waiter.index, delivered: waiter.delivered) }
         finishIfDone()
     }
 
