@@ -47,7 +47,7 @@ func asymmetricRoundTrip(kind: String) throws {
 
 // MARK: - Known vector and interop with the openssl CLI
 
-/// The keyed context (one `EVP_MAC_CTX` duplicated per message) gives one-shot `HMAC()`'s result for keys shorter
+/// The keyed key (SHA-256 states after the padded key, copied per message) gives one-shot `HMAC()`'s result for keys shorter
 /// and longer than SHA-256's 64-byte block (long keys are hashed first) and messages across block boundaries, also
 /// when many threads share one key, as the loops do.
 @Test func keyedHMACMatchesOneShot() async throws {

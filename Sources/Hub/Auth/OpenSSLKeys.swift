@@ -184,7 +184,7 @@ enum ECDSASignature {
     }
 }
 
-/// HMAC-SHA256 and constant-time comparison.
+/// One-shot HMAC-SHA256 (OpenSSL's `HMAC()`): the reference the keyed `HMACSHA256Key` is tested against.
 enum HMACSHA256 {
     static func mac(key: [UInt8], message: ArraySlice<UInt8>) -> [UInt8]? {
         var out = [UInt8](repeating: 0, count: 32)
@@ -199,41 +199,53 @@ enum HMACSHA256 {
         guard result != nil, length == 32 else { return nil }
         return out
     }
-
-    /// Constant-time (for equal lengths) comparison via `CRYPTO_memcmp`.
-    static func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {
-        guard a.count == b.count, !a.isEmpty else { return false }
-        return a.withUnsafeBytes { x in b.withUnsafeBytes { y in CRYPTO_memcmp(x.baseAddress, y.baseAddress, x.count) == 0 } }
-    }
 }
 
-/// An HS256 secret keyed into OpenSSL once (`hub_hmac_sha256_new`): each MAC duplicates the keyed context instead
-/// of re-fetching and re-keying as one-shot `HMAC()` does. Immutable after `init`; the context is only read, from
-/// any thread.
+/// An HS256 secret keyed once (`hub_hmac_sha256_key_init`: the inner and outer SHA-256 states after the padded
+/// key). Each MAC copies the two states instead of re-keying. Immutable after `init`; the states are only read,
+/// from any thread. Wiped when freed.
 final class HMACSHA256Key: @unchecked Sendable {
-    private let context: OpaquePointer
+    private let key: UnsafeMutablePointer<hub_hmac_sha256_key>
 
     init?(secret: [UInt8]) {
-        guard let context = secret.withUnsafeBufferPointer({ hub_hmac_sha256_new($0.baseAddress, $0.count) }) else {
+        key = .allocate(capacity: 1)
+        guard secret.withUnsafeBufferPointer({ hub_hmac_sha256_key_init(key, $0.baseAddress, $0.count) }) == 1 else {
+            OPENSSL_cleanse(key, MemoryLayout<hub_hmac_sha256_key>.size)
+            key.deallocate()
             ERR_clear_error()
             return nil
         }
-        self.context = context
     }
 
-    deinit { EVP_MAC_CTX_free(context) }
+    deinit {
+        OPENSSL_cleanse(key, MemoryLayout<hub_hmac_sha256_key>.size)
+        key.deallocate()
+    }
 
     /// HMAC-SHA256 of `message` (32 bytes), nil if OpenSSL fails.
     func mac(_ message: ArraySlice<UInt8>) -> [UInt8]? {
         var out = [UInt8](repeating: 0, count: 32)
         let ok = message.withUnsafeBufferPointer { m in
-            out.withUnsafeMutableBufferPointer { o in hub_hmac_sha256(context, m.baseAddress, m.count, o.baseAddress) }
+            out.withUnsafeMutableBufferPointer { o in hub_hmac_sha256(key, m.baseAddress, m.count, o.baseAddress) }
         }
         guard ok == 1 else {
             ERR_clear_error()
             return nil
         }
         return out
+    }
+
+    /// Whether `signature` is the HMAC-SHA256 of `message`, compared in constant time; the MAC stays on the stack.
+    func isMAC(_ signature: [UInt8], of message: ArraySlice<UInt8>) -> Bool {
+        guard signature.count == 32 else { return false }
+        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 32) { out in
+            let ok = message.withUnsafeBufferPointer { m in hub_hmac_sha256(key, m.baseAddress, m.count, out.baseAddress) }
+            guard ok == 1 else {
+                ERR_clear_error()
+                return false
+            }
+            return signature.withUnsafeBytes { CRYPTO_memcmp($0.baseAddress, out.baseAddress, 32) == 0 }
+        }
     }
 }
 
