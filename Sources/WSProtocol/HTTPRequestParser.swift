@@ -99,13 +99,12 @@ public struct HTTPRequestHead: Sendable {
         // Only the matching value is decoded (this runs once per handshake, for `access_token`).
         let nameIsASCII = name.utf8.allSatisfy { $0 < 0x80 }
         func scan(_ q: UnsafeBufferPointer<UInt8>) -> String? {
+            let raw = UnsafeRawBufferPointer(q)
             var i = 0
             while i < q.count {
-                var end = i
-                while end < q.count && q[end] != UInt8(ascii: "&") { end += 1 }
+                let end = ByteScan.firstIndex(of: UInt8(ascii: "&"), in: raw, from: i) ?? q.count
                 if end > i {
-                    var eq = i
-                    while eq < end && q[eq] != UInt8(ascii: "=") { eq += 1 }
+                    let eq = ByteScan.firstIndex(of: UInt8(ascii: "="), in: UnsafeRawBufferPointer(rebasing: raw[..<end]), from: i) ?? end
                     let key = UnsafeBufferPointer(rebasing: q[i..<eq])
                     let plain = nameIsASCII && !key.contains { $0 == UInt8(ascii: "%") || $0 == UInt8(ascii: "+") || $0 >= 0x80 }
                     if plain ? key.elementsEqual(name.utf8) : Self.formDecode(key) == name {
@@ -123,6 +122,15 @@ public struct HTTPRequestHead: Sendable {
         }
         if let found = target.utf8.withContiguousStorageIfAvailable(scanQuery) { return found }
         return Array(target.utf8).withUnsafeBufferPointer(scanQuery)
+    }
+
+    /// `formDecode` of a buffer: the search for something to decode is two `memchr`s.
+    static func formDecode(_ bytes: UnsafeBufferPointer<UInt8>) -> String {
+        let raw = UnsafeRawBufferPointer(bytes)
+        if !ByteScan.contains(UInt8(ascii: "+"), in: raw) && !ByteScan.contains(UInt8(ascii: "%"), in: raw) {
+            return String(decoding: bytes, as: UTF8.self)
+        }
+        return formDecode(bytes[...])
     }
 
     static func formDecode<Bytes: Collection>(_ bytes: Bytes) -> String where Bytes.Element == UInt8 {
@@ -206,7 +214,7 @@ public struct HTTPRequestParser: Sendable {
         guard let sp2 = line[(sp1 + 1)...].firstIndex(of: 0x20) else { throw .badRequest("malformed request line") }
         let method = line[..<sp1], target = line[(sp1 + 1)..<sp2], version = line[(sp2 + 1)...]
         guard !method.isEmpty, method.allSatisfy(HTTPHeaders.isTokenChar) else { throw .badRequest("invalid method") }
-        guard !target.isEmpty, target.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
+        guard !target.isEmpty, target.withUnsafeBytes({ ByteScan.all($0, in: 0x21...0x7E) }) else {
             throw .badRequest("invalid request target")
         }
         let (major, minor) = try parseVersion(version, error: .badRequest("malformed HTTP version"))

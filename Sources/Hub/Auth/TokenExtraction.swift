@@ -1,3 +1,5 @@
+import WSProtocol
+
 /// Finds the bearer token of a `/ws` upgrade request.
 ///
 /// Rules:
@@ -68,17 +70,23 @@ public enum TokenExtraction {
     }
 
     private static func queryToken(_ token: UnsafeBufferPointer<UInt8>) -> Result<String, AuthFailure> {
-        guard !token.contains(where: isSpaceByte) else {
+        guard !containsSpace(token) else {
             return .failure(AuthFailure(.malformed, "access_token query parameter contains whitespace"))
         }
         return .success(String(decoding: token, as: UTF8.self))
     }
 
     private static func isPlainASCII(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
-        bytes.allSatisfy { $0 < 0x80 && $0 != 0x0D }
+        let raw = UnsafeRawBufferPointer(bytes)
+        return ByteScan.all(raw, in: 0...0x7F) && !ByteScan.contains(0x0D, in: raw)
     }
 
     @inline(__always) private static func isSpaceByte(_ b: UInt8) -> Bool { b == 0x20 || b == 0x09 }
+
+    private static func containsSpace(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        let raw = UnsafeRawBufferPointer(bytes)
+        return ByteScan.contains(0x20, in: raw) || ByteScan.contains(0x09, in: raw)
+    }
 
     /// Without leading and trailing space, tab and LF (CR is never here); nil when nothing is left.
     private static func trimmedRange(_ bytes: UnsafeBufferPointer<UInt8>) -> Range<Int>? {
@@ -103,7 +111,7 @@ public enum TokenExtraction {
         guard !token.isEmpty else {
             return .failure(AuthFailure(.malformed, "Authorization header has the Bearer scheme but no token"))
         }
-        guard !token.contains(where: isSpaceByte) else {
+        guard !containsSpace(token) else {
             return .failure(AuthFailure(.malformed, "Authorization header has more than one credential after Bearer"))
         }
         return .success(String(decoding: token, as: UTF8.self))
