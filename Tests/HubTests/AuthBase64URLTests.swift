@@ -15,7 +15,7 @@ func base64URLRFC4648Vectors(plain: String, encoded: String) {
     #expect(Base64URL.decode("-_8") == [0xFB, 0xFF])
 }
 
-@Test(arguments: ["Zg==", "Zg=", "Zm8=", "Z", "Zm9vY", "+w", "/w", "Zm 9v", "Zm9v\n", "Zh", "Zm9", "Zg.", "é"])
+@Test(arguments: ["Zg==", "Zg=", "Zm8=", "Z", "Zm9vY", "+w", "/w", "Zm 9v", "Zm9v\n", "Zh", "Zm9", "Zg.", "é", "Zm9vYm*y", "Zm9v\u{7F}mFy", "Zm9vYmF\u{FF}"])
 func base64URLRejects(text: String) {
     #expect(Base64URL.decode(text) == nil)
 }
