@@ -6,10 +6,13 @@ import Glibc
 /// starve established connections on the same loop; level-triggered epoll reports the rest).
 ///
 /// A socket shared by several loops (`TCPListener`) is registered with EPOLLEXCLUSIVE in each loop's
-/// epoll: a connection wakes one waiting loop. After accepting, the listener re-registers (DEL + ADD:
-/// EPOLLEXCLUSIVE registrations cannot be modified), which moves its loop to the back of the socket's
-/// wait queue, so the next connection wakes another loop first. The last listener to close a shared
-/// socket closes its descriptor.
+/// epoll: a connection wakes one waiting loop (a loop busy outside `epoll_wait` is passed over). Once it has
+/// accepted `yieldEvery` connections, the listener re-registers (DEL + ADD: EPOLLEXCLUSIVE registrations
+/// cannot be modified), which moves its loop to the back of the socket's wait queue, so the next connections
+/// wake another idle loop first. Re-registering after every wake-up spread connections one by one but cost two
+/// `epoll_ctl` calls per one or two connections during a ramp (issue 12's set-up cost); after every 4 accepts,
+/// idle loops still take turns, 4 connections at a time. The last listener to close a shared socket closes its
+/// descriptor.
 ///
 /// Descriptor exhaustion: with EMFILE/ENFILE, the pending connection would sit in the backlog and
 /// level-triggered epoll would spin on it. So each listener keeps one reserve fd (/dev/null): on
@@ -27,6 +30,8 @@ import Glibc
 /// that never came.
 final class Listener: LoopSelectable {
     static let acceptBudget = 64
+    /// Accepts between two turns at the back of a shared socket's wait queue.
+    static let yieldEvery = 4
     /// Shared around every `accept4` of every listener; exclusive around a whole shed and a reserve's re-take.
     private static let acceptGate = AcceptGate()
 
@@ -41,6 +46,8 @@ final class Listener: LoopSelectable {
     private let shared: SharedDescriptor?
     private let events: UInt32
     private var reserveFD: Int32 = -1
+    /// Accepted since this listener last went to the back of the shared socket's wait queue.
+    private var acceptedSinceYield = 0
     private var exhausted = false
     private var paused = false
     private(set) var closed = false
@@ -79,8 +86,7 @@ final class Listener: LoopSelectable {
 
     func handleEvents(_ events: UInt32) {
         var budget = Listener.acceptBudget
-        var accepted = false
-        defer { if accepted { yieldTurn() } }
+        defer { if acceptedSinceYield >= Listener.yieldEvery { yieldTurn() } }
         while budget > 0 && !closed && !paused {
             budget -= 1
             do {
@@ -90,7 +96,7 @@ final class Listener: LoopSelectable {
                 if reserveFD < 0 { Listener.acceptGate.exclusive { openReserve() } }
                 let result = try Listener.acceptGate.shared { () throws(SyscallError) in try accept() }
                 guard case .processed(let (client, peer)) = result else { return }
-                accepted = true
+                acceptedSinceYield += 1
                 exhausted = false
                 loop.metrics.accepts += 1
                 delegate.accepted(fd: client, peer: peer, on: loop)
@@ -158,6 +164,7 @@ final class Listener: LoopSelectable {
 
     /// A shared socket: go to the back of its wait queue, so the next connection wakes another loop first.
     private func yieldTurn() {
+        acceptedSinceYield = 0
         guard shared != nil, !closed, !paused else { return }
         loop.epoll.remove(fd: fd)
         rearm()
