@@ -69,8 +69,9 @@ public enum Base64URL {
         let outCount = full * 3 + (rest == 0 ? 0 : rest - 1)
         guard outCount > 0, let src = bytes.baseAddress else { return [] }
         var valid = false
-        let out = [UInt8](unsafeUninitializedCapacity: outCount) { buffer, initialized in
-            initialized = outCount
+        var out: [UInt8] = []
+        out.appendZeros(outCount)  // not `init(unsafeUninitializedCapacity:)`: see ArrayAllocation.swift
+        out.withUnsafeMutableBufferPointer { buffer in
             guard let dst = buffer.baseAddress else { return }
             valid = reverse.withUnsafeBufferPointer { table -> Bool in
                 var seen: UInt32 = 0

@@ -15,7 +15,8 @@ public struct JSONWriter: Sendable {
     @usableFromInline var needsComma = false
 
     public init(capacity: Int = 256) {
-        storage = [UInt8](repeating: 0, count: Swift.max(capacity, 16))
+        storage = []
+        storage.appendZeros(Swift.max(capacity, 16))
     }
 
     /// Writes into `buffer`'s storage (its contents are discarded, its capacity kept).
@@ -23,7 +24,7 @@ public struct JSONWriter: Sendable {
         storage = buffer
         let cap = Swift.max(storage.capacity, 16)
         storage.removeAll(keepingCapacity: true)
-        storage.append(contentsOf: repeatElement(0, count: cap))
+        storage.appendZeros(cap)
     }
 
     /// Empties the writer, keeping its capacity.
@@ -74,7 +75,7 @@ public struct JSONWriter: Sendable {
     @usableFromInline
     mutating func grow(minimum: Int) {
         let newSize = Swift.max(minimum, storage.count &* 2, 64)
-        storage.append(contentsOf: repeatElement(0, count: newSize - storage.count))
+        storage.appendZeros(newSize - storage.count)
     }
 
     @inlinable @inline(__always)

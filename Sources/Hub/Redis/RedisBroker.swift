@@ -421,7 +421,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
 
     private func publishOnLoop(_ items: [PublishItem], completion: @escaping @Sendable (PublishOutcome) -> Void) {
         let started = monotonicNanos()
-        var replies = [PublishReply](repeating: PublishReply(seq: 0, delivered: 0, duplicate: false), count: items.count)
+        var replies = [PublishReply](filledWith: PublishReply(seq: 0, delivered: 0, duplicate: false), count: items.count)
         var numbered: [(index: Int, seq: UInt64)] = []
         var remaining = items.count
         guard let commands else {

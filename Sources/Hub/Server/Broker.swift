@@ -311,7 +311,7 @@ public final class LocalBroker: Broker {
         let handedOff = state.withLock { s -> Bool in
             var events: [PublishedEvent] = []
             events.reserveCapacity(drafts.count)
-            var replies = [PublishReply](repeating: PublishReply(seq: 0, delivered: 0, duplicate: false), count: drafts.count)
+            var replies = [PublishReply](filledWith: PublishReply(seq: 0, delivered: 0, duplicate: false), count: drafts.count)
             // Per draft, the index of its event (-1: a duplicate). Made only once a duplicate turns up: until then
             // draft i is event i (an array less per batch; each costs ~700 instructions).
             var eventOfDraft: [Int] = []
@@ -552,7 +552,7 @@ final class DeliveryCollector: ManagedBuffer<DeliveryCollector.Header, pthread_m
             if s.delivered.isEmpty && counts.count == s.events.count {
                 s.delivered = counts
             } else {
-                if s.delivered.isEmpty { s.delivered = Array(repeating: 0, count: s.events.count) }
+                if s.delivered.isEmpty { s.delivered = Array(filledWith: 0, count: s.events.count) }
                 for i in counts.indices where i < s.delivered.count { s.delivered[i] += counts[i] }
             }
             s.remainingShards -= 1
@@ -565,7 +565,7 @@ final class DeliveryCollector: ManagedBuffer<DeliveryCollector.Header, pthread_m
     /// completes under the same lock.
     func fannedOut() {
         let (owned, outcome) = withLock { s -> ([(entry: IdempotencyEntry, delivered: Int)], PublishOutcome?) in
-            if s.delivered.count != s.events.count { s.delivered = Array(repeating: 0, count: s.events.count) }  // no shard had followers
+            if s.delivered.count != s.events.count { s.delivered = Array(filledWith: 0, count: s.events.count) }  // no shard had followers
             if s.eventOfDraft.isEmpty {
                 for i in s.replies.indices where i < s.delivered.count { s.replies[i].delivered = s.delivered[i] }
             } else {

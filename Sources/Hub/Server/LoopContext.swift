@@ -153,7 +153,7 @@ final class LoopContext: @unchecked Sendable {
 
     /// Hands each event to this loop's subscribers. Returns, per event, how many connections accepted it.
     func deliver(_ batch: EventBatch) -> [Int] {
-        var counts = Array(repeating: 0, count: batch.events.count)
+        var counts = Array(filledWith: 0, count: batch.events.count)
         var now: UInt64 = 0
         for (i, event) in batch.events.enumerated() {
             let subscribers = event.account.map { registry.subscribers(channel: event.channel, account: $0) }
