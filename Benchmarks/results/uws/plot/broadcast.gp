@@ -7,9 +7,9 @@ set format y '%g'
 set multiplot layout 1,2
 $lat << EOD
 server p50 p90 p99 p99.9 max
-hub 128.975 195.035 249.561 297.7955 346.62350000000004
-uws 165.675 205.521 234.881 262.144 279.85
-socketify 163.578 199.2295 222.2985 243.2695 255.9395
+hub 136.3145 207.618 289.40700000000004 369.099 449.8595
+uws 169.869 216.0065 249.561 278.921 287.293
+socketify 174.0635 222.2985 310.37850000000003 356.51599999999996 385.793
 EOD
 set title "publish-to-receive latency, all deliveries"
 set ylabel 'ms (log scale)'
@@ -22,10 +22,10 @@ set boxwidth 0.9
 set xtics rotate by -25
 plot for [i=2:6] $lat using i:xtic(1) title columnheader(i)
 unset logscale y
-$d74189 << EOD
+$d76094 << EOD
 "hub" 0.99
-"uws" 1.08
-"socketify" 1.06
+"uws" 1.1099999999999999
+"socketify" 1.155
 EOD
 set title "server CPU per delivery"
 set ylabel 'µs'
@@ -36,5 +36,5 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d74189 using 2:xtic(1) notitle lc rgb '#4477aa'
+plot $d76094 using 2:xtic(1) notitle lc rgb '#4477aa'
 unset multiplot

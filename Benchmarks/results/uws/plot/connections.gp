@@ -5,10 +5,10 @@ set key below
 set style fill solid 0.8 border -1
 set format y '%g'
 set multiplot layout 1,3
-$d39017 << EOD
-"hub" 4673.5
-"uws" 4673.5
-"socketify" 4665.0
+$d3858 << EOD
+"hub" 4668.5
+"uws" 4666.5
+"socketify" 3604.5
 EOD
 set title "handshakes/s during the ramp"
 set ylabel 'per second'
@@ -19,11 +19,11 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d39017 using 2:xtic(1) notitle lc rgb '#4477aa'
-$d41902 << EOD
-"hub" 0.83935546875
-"uws" 1.091796875
-"socketify" 1.27392578125
+plot $d3858 using 2:xtic(1) notitle lc rgb '#4477aa'
+$d87348 << EOD
+"hub" 0.84130859375
+"uws" 1.0927734375
+"socketify" 1.275390625
 EOD
 set title "RSS per connection"
 set ylabel 'KiB'
@@ -34,11 +34,11 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d41902 using 2:xtic(1) notitle lc rgb '#4477aa'
-$d6043 << EOD
-"hub" 83.15
-"uws" 61.35
-"socketify" 200.55
+plot $d87348 using 2:xtic(1) notitle lc rgb '#4477aa'
+$d56749 << EOD
+"hub" 93.15
+"uws" 80.75
+"socketify" 239.5
 EOD
 set title "server CPU per handshake"
 set ylabel 'µs'
@@ -49,5 +49,5 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d6043 using 2:xtic(1) notitle lc rgb '#4477aa'
+plot $d56749 using 2:xtic(1) notitle lc rgb '#4477aa'
 unset multiplot
