@@ -50,6 +50,127 @@ struct EngineLoopTests {
         #expect(loop.metricsSnapshot().pollsSkipped - before == 1)
     }
 
+    /// Where a job posted from loop `a`'s thread to a sleeping loop `b` ran, and what `inEventLoop` said there.
+    private struct Ran: Sendable, Equatable {
+        var thread: UInt
+        var inB: Bool
+    }
+
+    /// What jobs recorded, from any thread.
+    private final class Record: Sendable {
+        private let entries = Synchronization.Mutex<[Ran]>([])
+        /// Records where the calling job runs and whether `loop.inEventLoop` is true there.
+        func append(_ loop: EventLoop) {
+            let entry = Ran(thread: UInt(pthread_self()), inB: loop.inEventLoop)
+            entries.withLock { $0.append(entry) }
+        }
+        var all: [Ran] { entries.withLock { $0 } }
+    }
+
+    /// Posts `post` from a job on `a` once `b` sleeps; returns `a`'s thread and what the jobs recorded.
+    private func fromLoop(_ a: EventLoop, to b: EventLoop, jobs: Int,
+                          _ post: @escaping @Sendable (Record) -> Void) throws -> (a: UInt, ran: [Ran]) {
+        let ran = Record()
+        let aThread = try a.submitAndWait { UInt(pthread_self()) }
+        for _ in 0..<400 where !b.isAsleep { usleep(1_000) }
+        a.execute { post(ran) }
+        for _ in 0..<400 where ran.all.count < jobs { usleep(5_000) }
+        return (aThread, ran.all)
+    }
+
+    /// A short job posted from another loop's thread while its loop sleeps runs on that thread at the end of its
+    /// iteration, as its own loop (`inEventLoop`), and the sleeping loop is not woken for it.
+    @Test func borrowableJobRunsOnThePostingLoopsThread() throws {
+        let a = try EventLoop(index: 0), b = try EventLoop(index: 1)
+        defer { a.stop(); b.stop(); a.join(); b.join() }
+        let bThread = try b.submitAndWait { UInt(pthread_self()) }
+        let before = b.metricsSnapshot().borrowedRuns
+        let (aThread, ran) = try fromLoop(a, to: b, jobs: 2) { ran in
+            b.executeBorrowable { ran.append(b) }
+            b.executeBorrowable { ran.append(b) }
+        }
+        #expect(ran == [Ran(thread: aThread, inB: true), Ran(thread: aThread, inB: true)])
+        #expect(aThread != bThread)
+        #expect(b.metricsSnapshot().borrowedRuns - before == 1)
+        #expect(!b.inEventLoop)
+    }
+
+    /// A job that must run on its own loop, posted with borrowable ones or from a thread that is no loop's, wakes it.
+    @Test func otherJobsRunOnTheirLoopsThread() throws {
+        let a = try EventLoop(index: 0), b = try EventLoop(index: 1)
+        defer { a.stop(); b.stop(); a.join(); b.join() }
+        let bThread = try b.submitAndWait { UInt(pthread_self()) }
+        let (_, mixed) = try fromLoop(a, to: b, jobs: 2) { ran in
+            b.executeBorrowable { ran.append(b) }
+            b.execute { ran.append(b) }
+        }
+        #expect(mixed == [Ran(thread: bThread, inB: true), Ran(thread: bThread, inB: true)])
+        let offLoop = Record()
+        for _ in 0..<400 where !b.isAsleep { usleep(1_000) }
+        b.executeBorrowable { offLoop.append(b) }
+        for _ in 0..<400 where offLoop.all.isEmpty { usleep(5_000) }
+        #expect(offLoop.all == [Ran(thread: bThread, inB: true)])
+        #expect(b.metricsSnapshot().borrowedRuns == 0)
+    }
+
+    /// A borrowed job that arms the first timer of a loop sleeping without a timeout wakes it, so the timer fires.
+    @Test func timerArmedByABorrowedJobFires() throws {
+        let a = try EventLoop(index: 0), b = try EventLoop(index: 1)
+        defer { a.stop(); b.stop(); a.join(); b.join() }
+        let (aThread, ran) = try fromLoop(a, to: b, jobs: 2) { ran in
+            b.executeBorrowable {
+                ran.append(b)
+                b.schedule(after: .milliseconds(150)) {
+                    ran.append(b)
+                }
+            }
+        }
+        let bThread = try b.submitAndWait { UInt(pthread_self()) }
+        #expect(ran == [Ran(thread: aThread, inB: true), Ran(thread: bThread, inB: true)])
+    }
+
+    /// Four loops post borrowable jobs to one another from their own threads, and plain ones that wake them: a
+    /// loop's jobs never run on two threads at once, every job runs once, and each runs where `inEventLoop` is
+    /// true for its loop.
+    @Test func loopsRunningEachOthersJobsNeverOverlap() throws {
+        let loops = try (0..<4).map { try EventLoop(index: $0) }
+        defer { for l in loops { l.stop() }; for l in loops { l.join() } }
+        final class Busy: Sendable { let running = Atomic(0) }
+        let busy = (0..<4).map { _ in Busy() }
+        let overlaps = Atomic(0), offLoop = Atomic(0), ran = Atomic(0)
+        let rounds = 300, perRound = 6  // each other loop twice; the last one plain
+        @Sendable func job(_ target: Int) {
+            if busy[target].running.add(1, ordering: .acquiringAndReleasing).newValue != 1 {
+                overlaps.add(1, ordering: .relaxed)
+            }
+            if !loops[target].inEventLoop { offLoop.add(1, ordering: .relaxed) }
+            for _ in 0..<5_000 { _ = overlaps.load(ordering: .relaxed) }  // a while, so an overlap would be seen
+            ran.add(1, ordering: .relaxed)
+            busy[target].running.subtract(1, ordering: .acquiringAndReleasing)
+        }
+        for round in 0..<rounds {
+            let from = round % 4
+            loops[from].execute {
+                for k in 0..<perRound {
+                    let target = (from + 1 + k % 3) % 4
+                    if k == perRound - 1 {
+                        loops[target].execute { job(target) }
+                    } else {
+                        loops[target].executeBorrowable { job(target) }
+                    }
+                }
+            }
+            usleep(round % 3 == 0 ? 300 : 50)  // the loops often asleep when a round's jobs are posted
+        }
+        let expected = rounds * perRound
+        for _ in 0..<1_000 where ran.load(ordering: .relaxed) < expected { usleep(5_000) }
+        #expect(ran.load(ordering: .relaxed) == expected)
+        #expect(overlaps.load(ordering: .relaxed) == 0)
+        #expect(offLoop.load(ordering: .relaxed) == 0)
+        // The loops did run one another's jobs (about 500 of the 1 800 here), so the above was tested.
+        #expect(loops.map { $0.metricsSnapshot().borrowedRuns }.reduce(0, +) > 0)
+    }
+
     @Test func hooksRunEveryIteration() throws {
         let loop = try EventLoop()
         defer { loop.stop(); loop.join() }

@@ -21,6 +21,8 @@ public struct EngineMetrics: Sendable, Equatable {
     public var tlsPlaintextRefused = 0
     /// Iterations that ran waiting inbox jobs without polling epoll first (see `EventLoop.iterate`).
     public var pollsSkipped = 0
+    /// Times this loop's inbox was run by another loop's thread while its own slept (see `EventLoop.runBorrowed`).
+    public var borrowedRuns = 0
     public var openConnections: Int { connectionsOpened - connectionsClosed }
 
     public init() {}
@@ -41,6 +43,7 @@ public struct EngineMetrics: Sendable, Equatable {
         r.tlsRecordLayerConnections += b.tlsRecordLayerConnections
         r.tlsPlaintextRefused += b.tlsPlaintextRefused
         r.pollsSkipped += b.pollsSkipped
+        r.borrowedRuns += b.borrowedRuns
         return r
     }
 }

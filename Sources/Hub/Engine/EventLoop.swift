@@ -13,17 +13,20 @@ protocol LoopSelectable: AnyObject {
 /// One thread, one epoll set, one eventfd: the unit of concurrency of the hub.
 ///
 /// Ownership: everything reachable from a loop (its connections, timers, read buffer, metrics) is
-/// touched only by the loop's own thread, so the data path takes no locks. The only shared state is
-/// the inbox behind `execute`, a mutex-protected job array that the loop swaps out in one go. Only a job that finds
-/// the loop asleep writes the eventfd, once; while the loop is awake a job just appends, since the loop looks at the
-/// inbox under the same lock before it sleeps.
+/// touched only by the thread running the loop, so the data path takes no locks. That is the loop's own thread, or,
+/// while it sleeps, another loop's thread running its short jobs (`executeBorrowable`, `runBorrowed`): the
+/// `ownership` word makes the two exclusive. The only shared state is the inbox behind `execute`, a
+/// mutex-protected job array that the loop swaps out in one go. Only a job that finds the loop asleep writes the
+/// eventfd, once; while the loop is awake a job just appends, since the loop looks at the inbox under the same lock
+/// before it sleeps.
 ///
 /// An iteration is: pre-hooks → `epoll_wait` → dispatch (stale fd generations dropped) → inbox jobs →
-/// timer wheel → post-hooks → flush of corked connections → deferred closes. Closed connections are
-/// freed only at the end of the iteration, so an event later in the same batch can't touch freed state.
+/// timer wheel → post-hooks → sleeping loops posted to (run here or woken) → flush of corked connections →
+/// deferred closes. Closed connections are freed only at the end of the iteration, so an event later in the same
+/// batch can't touch freed state.
 ///
-/// The class is `@unchecked Sendable` because `execute`, `inEventLoop`, `stop` and
-/// `metricsSnapshot` are safe from any thread; every other member must be used on the loop thread
+/// The class is `@unchecked Sendable` because `execute`, `executeBorrowable`, `inEventLoop`, `stop` and
+/// `metricsSnapshot` are safe from any thread; every other member must be used by the thread running the loop
 /// (checked with `assertInLoop` in debug builds).
 public final class EventLoop: @unchecked Sendable {
     /// Tunables; the defaults are what the hub uses.
@@ -56,6 +59,8 @@ public final class EventLoop: @unchecked Sendable {
         var wakePending = false
         var stopRequested = false
         var finished = false
+        /// A job that may not run on another loop's thread is waiting (see `executeBorrowable`).
+        var ownThreadOnly = false
     }
 
     private struct Registration {
@@ -95,7 +100,19 @@ public final class EventLoop: @unchecked Sendable {
         var metrics = EngineMetrics()
         /// Whether the last iteration skipped `epoll_wait` (see `iterate`).
         var skippedPoll = false
+        /// Sleeping loops this thread's jobs posted to: woken, or run here (`runBorrowed`), at the end of the
+        /// iteration.
+        var deferredWakes: [EventLoop] = []
+        /// The loop is blocked in `epoll_wait` without a timeout (no timer pending when it went to sleep).
+        var sleepsUntilWoken = false
+        /// How busy the thread is, over windows of at least `busyWindowNanos`: it runs sleeping loops' inboxes
+        /// itself only while it was asleep at least half of the last window (a busy thread wakes them instead, so
+        /// they work in parallel).
+        var windowStart: UInt64 = 0
+        var windowAsleep: UInt64 = 0
+        var mayBorrow = true
     }
+    private static let busyWindowNanos: UInt64 = 10_000_000
     private let state: UnsafeMutablePointer<LoopState>
 
     private var running: [Job] {
@@ -116,6 +133,11 @@ public final class EventLoop: @unchecked Sendable {
     }
     private var thread: pthread_t = 0
     private var threadID: pthread_t = 0
+    /// 1 while a thread runs the loop: its own, or one borrowing it (`runBorrowed`). Its own thread sets 0 just
+    /// before it blocks in `epoll_wait` and takes it back (waiting out a borrower) when `epoll_wait` returns.
+    private let ownership = Atomic<Int>(1)
+    /// The thread running the loop on its behalf, while one does (0 otherwise): `inEventLoop` is true there.
+    private let borrower = Atomic<UInt>(0)
     private let joined = Mutex(false)
 
     /// Loop-wide timer wheel for deadlines; loop thread only.
@@ -226,7 +248,21 @@ public final class EventLoop: @unchecked Sendable {
     // MARK: Any thread
 
     /// True when called on this loop's thread.
-    public var inEventLoop: Bool { pthread_equal(pthread_self(), threadID) != 0 }
+    public var inEventLoop: Bool {
+        let me = pthread_self()
+        return pthread_equal(me, threadID) != 0 || borrower.load(ordering: .relaxed) == UInt(me)
+    }
+
+    /// The loop whose thread calls (nil on other threads).
+    static var current: EventLoop? {
+        guard let raw = pthread_getspecific(currentKey) else { return nil }
+        return Unmanaged<EventLoop>.fromOpaque(raw).takeUnretainedValue()
+    }
+    private static let currentKey: pthread_key_t = {
+        var key = pthread_key_t()
+        pthread_key_create(&key, nil)
+        return key
+    }()
 
     /// Runs `work` on the loop thread, soon. Callable from any thread, including the loop itself.
     /// Jobs run in submission order; a batch costs one eventfd write however many jobs it holds.
@@ -235,17 +271,34 @@ public final class EventLoop: @unchecked Sendable {
         _ = tryExecute(work)
     }
 
+    /// `execute` for a short job (a few events for a few connections, a reply): posted from another loop's thread
+    /// while this loop sleeps, it may run on that thread at the end of its iteration instead of waking this one
+    /// (`runBorrowed`), if that thread has time to spare. Everything the job touches must be this loop's or
+    /// thread-safe, as for any job; `inEventLoop` is true for this loop while it runs.
+    func executeBorrowable(_ work: @escaping @Sendable () -> Void) {
+        _ = tryExecute(work, borrowable: true)
+    }
+
     /// `execute` that reports whether the job was accepted (false once the loop has finished).
-    func tryExecute(_ work: @escaping @Sendable () -> Void) -> Bool {
+    func tryExecute(_ work: @escaping @Sendable () -> Void, borrowable: Bool = false) -> Bool {
         let (accepted, mustWake) = inbox.withLock { box -> (Bool, Bool) in
             guard !box.finished else { return (false, false) }
             box.jobs.append(Job(run: work))
+            if !borrowable { box.ownThreadOnly = true }
             guard box.sleeping && !box.wakePending else { return (true, false) }
             box.wakePending = true
             return (true, true)
         }
         // The loop's own thread is awake by definition (`sleeping` is false there), so only other threads write.
-        if mustWake { wake() }
+        if mustWake {
+            // From another loop's thread with time to spare: woken, or run there, when that loop's iteration ends
+            // (not here: the caller may hold a lock, such as the broker's while it hands a batch to every loop).
+            if borrowable, let current = EventLoop.current, current !== self, current.state.pointee.mayBorrow {
+                current.state.pointee.deferredWakes.append(self)
+            } else {
+                wake()
+            }
+        }
         return accepted
     }
 
@@ -405,6 +458,8 @@ public final class EventLoop: @unchecked Sendable {
 
     private func threadMain(started: DispatchSemaphore) {
         threadID = pthread_self()
+        pthread_setspecific(EventLoop.currentKey, Unmanaged.passUnretained(self).toOpaque())
+        state.pointee.windowStart = monotonicNanos()
         started.signal()
         run()
         teardown()
@@ -415,7 +470,9 @@ public final class EventLoop: @unchecked Sendable {
     /// eventfd (and one appended before was seen here); `iterate` clears the mark when `epoll_wait` returns.
     /// Also says whether jobs are waiting in the inbox (then the timeout is 0).
     private func sleepTimeout() -> (timeout: Int32, jobsWaiting: Bool) {
-        guard pendingFlush.isEmpty && pendingClose.isEmpty else { return (0, false) }
+        guard pendingFlush.isEmpty && pendingClose.isEmpty && state.pointee.deferredWakes.isEmpty else {
+            return (0, false)
+        }
         var timeout: Int32 = -1
         if let nanos = timers.nanosUntilNextTick(now: monotonicNanos()) {
             timeout = Int32(clamping: (nanos + 999_999) / 1_000_000)
@@ -438,6 +495,7 @@ public final class EventLoop: @unchecked Sendable {
         for hook in preHooks { hook() }
         let (timeout, jobsWaiting) = mayBlock ? sleepTimeout() : (0, false)
         let ready: Int
+        var asleepFrom: UInt64 = 0
         if jobsWaiting && !state.pointee.skippedPoll {
             // Jobs appended while the last inbox ran (a delivery's completion posting the publisher's replies)
             // would otherwise wait for an `epoll_wait` with timeout 0 first: this iteration runs them without it.
@@ -447,17 +505,28 @@ public final class EventLoop: @unchecked Sendable {
             ready = 0
         } else {
             state.pointee.skippedPoll = false
+            // Blocking: another loop's thread may run this one meanwhile (`runBorrowed`).
+            if timeout != 0 {
+                asleepFrom = monotonicNanos()
+                state.pointee.sleepsUntilWoken = timeout < 0
+                ownership.store(0, ordering: .releasing)
+            }
             do {
                 ready = try epoll.wait(timeoutMs: timeout)
             } catch {
                 preconditionFailure("epoll_wait: \(error)")
+            }
+            if timeout != 0 {
+                while !ownership.compareExchange(expected: 0, desired: 1, ordering: .acquiring).exchanged { sched_yield() }
             }
         }
         // Awake again (the loop was marked sleeping exactly when the timeout is not 0): jobs appended from now on
         // need no eventfd write.
         if timeout != 0 { inbox.withLock { $0.sleeping = false } }
         // The loop may have slept for minutes; deadlines set during this iteration count from now.
-        timers.updateNow(monotonicNanos())
+        let now = monotonicNanos()
+        timers.updateNow(now)
+        noteBusy(now: now, asleepFrom: asleepFrom)
         var work = 0
         for i in 0..<ready {
             let (key, generation, events) = epoll.event(at: i)
@@ -477,8 +546,50 @@ public final class EventLoop: @unchecked Sendable {
         work += timers.advance(toNanos: monotonicNanos())
         for hook in postHooks { hook() }
         work += pendingFlush.count + pendingClose.count
+        runDeferredWakes()
         finishIteration()
+        runDeferredWakes()
         return (stopNow, work)
+    }
+
+    /// Wakes the sleeping loops this iteration's jobs went to, or runs their inboxes here when nobody else runs them
+    /// and this thread has time to spare.
+    private func runDeferredWakes() {
+        while let target = state.pointee.deferredWakes.popLast() {
+            if !target.runBorrowed() { target.wake() }
+        }
+    }
+
+    /// Counts the time blocked in `epoll_wait` this iteration (from `asleepFrom`, 0 if it did not block) in the busy
+    /// window; a window of `busyWindowNanos` or more decides `mayBorrow` for the next one. Called every iteration,
+    /// blocking or not, so a loop that stops sleeping stops borrowing.
+    private func noteBusy(now: UInt64, asleepFrom: UInt64) {
+        let s = state
+        if asleepFrom != 0 { s.pointee.windowAsleep &+= now &- asleepFrom }
+        let span = now &- s.pointee.windowStart
+        guard span >= EventLoop.busyWindowNanos else { return }
+        s.pointee.mayBorrow = s.pointee.windowAsleep * 2 >= span
+        s.pointee.windowStart = now
+        s.pointee.windowAsleep = 0
+    }
+
+    /// On another loop's thread, while this loop's thread is blocked in `epoll_wait`: runs the inbox, the post-hooks
+    /// and the flushes as an iteration would, without waking the thread (an eventfd write, a wake-up and a sleep
+    /// saved). Returns false when the loop could not be taken (it is awake, or being run elsewhere) or still needs
+    /// its own thread (a stop, leftover flushes, a first timer while it sleeps without a timeout): the caller wakes it.
+    private func runBorrowed() -> Bool {
+        guard ownership.compareExchange(expected: 0, desired: 1, ordering: .acquiring).exchanged else { return false }
+        defer { ownership.store(0, ordering: .releasing) }
+        guard let stop = takeInbox(borrowing: true) else { return false }
+        borrower.store(UInt(pthread_self()), ordering: .relaxed)
+        timers.updateNow(monotonicNanos())
+        _ = runJobs()
+        for hook in postHooks { hook() }
+        finishIteration()
+        metrics.borrowedRuns += 1
+        borrower.store(0, ordering: .relaxed)
+        return !stop && pendingFlush.isEmpty && pendingClose.isEmpty
+            && !(state.pointee.sleepsUntilWoken && timers.count > 0)
     }
 
     /// One non-blocking iteration of a caller-driven loop (`init(drivenByCallerWith:)`), on its caller's thread.
@@ -498,15 +609,27 @@ public final class EventLoop: @unchecked Sendable {
 
     /// Swaps the inbox out under the lock and runs it outside. Returns whether a stop was requested, and how many jobs ran.
     private func runInbox() -> (stop: Bool, jobs: Int) {
-        let stopRequested = inbox.withLock { box -> Bool in
+        let stopRequested = takeInbox(borrowing: false) ?? false
+        return (stopRequested, runJobs())
+    }
+
+    /// Moves the inbox's jobs to `running` and returns whether a stop was requested; when `borrowing`, takes nothing
+    /// and returns nil if a job that must run on the loop's own thread waits.
+    private func takeInbox(borrowing: Bool) -> Bool? {
+        inbox.withLock { box -> Bool? in
+            if borrowing && box.ownThreadOnly { return nil }
             swap(&box.jobs, &running)
             box.wakePending = false
+            box.ownThreadOnly = false
             return box.stopRequested
         }
+    }
+
+    private func runJobs() -> Int {
         let jobs = running.count
         for job in running { job.run() }
         running.removeAll(keepingCapacity: running.capacity <= 1024)
-        return (stopRequested, jobs)
+        return jobs
     }
 
     /// Flushes corked connections, then frees closed ones; repeats briefly because close callbacks
@@ -542,6 +665,8 @@ public final class EventLoop: @unchecked Sendable {
             if jobs.isEmpty { break }
             for job in jobs { job.run() }
         }
+        for target in state.pointee.deferredWakes { target.wake() }
+        state.pointee.deferredWakes.removeAll()
         preHooks.removeAll()
         postHooks.removeAll()
     }

@@ -185,10 +185,18 @@ struct LoopShard: FanoutShard {
 
     func deliver(_ batch: EventBatch, done: @escaping @Sendable ([Int]) -> Void) {
         let context = self.context
-        context.loop.execute {
-            done(context.deliver(batch))
+        let job: @Sendable () -> Void = { done(context.deliver(batch)) }
+        // A few events for single accounts reach a few connections each: another loop with time to spare may run
+        // the delivery rather than wake this one (`EventLoop.executeBorrowable`). A channel-wide event may reach
+        // thousands: this loop's own thread delivers it, in parallel with the others.
+        if batch.events.count <= LoopShard.borrowableEvents && batch.events.allSatisfy({ $0.account != nil }) {
+            context.loop.executeBorrowable(job)
+        } else {
+            context.loop.execute(job)
         }
     }
+
+    static let borrowableEvents = 64
 
     func numberingRestarted(_ stream: StreamKey) {
         let context = self.context

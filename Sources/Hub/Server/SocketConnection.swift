@@ -233,7 +233,7 @@ final class SocketConnection: ConnectionHandler {
             if loop.inEventLoop {
                 Self.complete(outcome, waiting: waiting.value, me: me, context: context)
             } else {
-                loop.execute { Self.complete(outcome, waiting: waiting.value, me: me, context: context) }
+                loop.executeBorrowable { Self.complete(outcome, waiting: waiting.value, me: me, context: context) }
             }
         }
         drafts.removeAll(keepingCapacity: true)
