@@ -48,8 +48,8 @@ public struct HTTPHeaders: Sendable {
         fields.append(Field(start: start, nameEnd: nameEnd, end: bytes.count))
     }
 
-    /// A field from the parser's line buffer.
-    mutating func add(name: ArraySlice<UInt8>, value: ArraySlice<UInt8>) {
+    /// A field from the parser (its read buffer or its line buffer).
+    mutating func add(name: UnsafeBufferPointer<UInt8>, value: UnsafeBufferPointer<UInt8>) {
         reserveOnFirstAdd()
         let start = bytes.count
         bytes.append(contentsOf: name)

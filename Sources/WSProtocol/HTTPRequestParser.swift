@@ -49,11 +49,19 @@ public struct HTTPRequestHead: Sendable {
     public init(method: String, target: String, versionMajor: Int = 1, versionMinor: Int = 1, headers: HTTPHeaders) {
         self.method = method
         self.target = target
-        let originForm = Self.originForm(of: target)
-        if let q = originForm.utf8.firstIndex(of: UInt8(ascii: "?")) {
-            path = String(originForm[..<q])
+        // Origin-form, the usual target, has no scheme to strip: its path ends at the first `?` (found by `memchr`).
+        if target.utf8.first == UInt8(ascii: "/"), let path = target.utf8.withContiguousStorageIfAvailable({ bytes in
+            guard let q = ByteScan.firstIndex(of: UInt8(ascii: "?"), in: UnsafeRawBufferPointer(bytes)) else { return target }
+            return String(decoding: UnsafeBufferPointer(rebasing: bytes[..<q]), as: UTF8.self)
+        }) {
+            self.path = path
         } else {
-            path = String(originForm)
+            let originForm = Self.originForm(of: target)
+            if let q = originForm.utf8.firstIndex(of: UInt8(ascii: "?")) {
+                path = String(originForm[..<q])
+            } else {
+                path = String(originForm)
+            }
         }
         self.versionMajor = versionMajor
         self.versionMinor = versionMinor
@@ -97,7 +105,12 @@ public struct HTTPRequestHead: Sendable {
         // `String ==` is canonical equivalence, under which a non-ASCII key can equal an ASCII name (U+212A KELVIN
         // SIGN is `K`): bytes decide only between ASCII strings; other keys are decoded and compared as `String`s.
         // Only the matching value is decoded (this runs once per handshake, for `access_token`).
-        let nameIsASCII = name.utf8.allSatisfy { $0 < 0x80 }
+        var contiguous = name
+        return contiguous.withUTF8 { nameBytes in queryValue(name, bytes: nameBytes) }
+    }
+
+    private func queryValue(_ name: String, bytes nameBytes: UnsafeBufferPointer<UInt8>) -> String? {
+        let nameIsASCII = ByteScan.all(UnsafeRawBufferPointer(nameBytes), in: 0...0x7F)
         func scan(_ q: UnsafeBufferPointer<UInt8>) -> String? {
             let raw = UnsafeRawBufferPointer(q)
             var i = 0
@@ -107,7 +120,7 @@ public struct HTTPRequestHead: Sendable {
                     let eq = ByteScan.firstIndex(of: UInt8(ascii: "="), in: UnsafeRawBufferPointer(rebasing: raw[..<end]), from: i) ?? end
                     let key = UnsafeBufferPointer(rebasing: q[i..<eq])
                     let plain = nameIsASCII && !key.contains { $0 == UInt8(ascii: "%") || $0 == UInt8(ascii: "+") || $0 >= 0x80 }
-                    if plain ? key.elementsEqual(name.utf8) : Self.formDecode(key) == name {
+                    if plain ? key.elementsEqual(nameBytes) : Self.formDecode(key) == name {
                         return Self.formDecode(UnsafeBufferPointer(rebasing: q[min(eq + 1, end)..<end]))
                     }
                 }
@@ -276,6 +289,21 @@ struct HeadScanner: Sendable {
                         if headRoom <= lineRoom { throw .headerTooLarge("message head larger than \(limits.maxHeadSize) bytes") }
                         throw sawStartLine ? .headerTooLarge("header line longer than \(limits.maxLineLength) bytes") : startLineTooLong
                     }
+                }
+                // A whole header line (or the blank line) in this read, the usual case: parsed where it is, not
+                // copied into `line` first. Its CR and LF count towards the head's size as they would one by one.
+                if sawStartLine && line.isEmpty && j + 1 < count && bytes[j] == 0x0D && bytes[j + 1] == 0x0A {
+                    headSize += run + 2
+                    if headSize > limits.maxHeadSize { throw .headerTooLarge("message head larger than \(limits.maxHeadSize) bytes") }
+                    let text = UnsafeBufferPointer(rebasing: bytes.assumingMemoryBound(to: UInt8.self)[i..<j])
+                    i = j + 2
+                    if try headerLine(text) {
+                        reset()
+                        return i
+                    }
+                    continue
+                }
+                if run > 0 {
                     line.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[i..<j]))
                     headSize += run
                     i = j
@@ -316,29 +344,44 @@ struct HeadScanner: Sendable {
 
     /// Returns true when the blank line ending the head was seen.
     private mutating func endLine(startLine: ([UInt8]) throws(HTTPError) -> Void) throws(HTTPError) -> Bool {
-        defer { line.removeAll(keepingCapacity: true) }
         if !sawStartLine {
+            defer { line.removeAll(keepingCapacity: true) }
             guard !line.isEmpty else { throw badLine("empty start line") }
             try startLine(line)
             sawStartLine = true
             return false
         }
-        if line.isEmpty { return true }
+        // Moved out while `headerLine` (which mutates `self`) reads it, and back with its capacity.
+        var text: [UInt8] = []
+        swap(&text, &line)
+        defer {
+            text.removeAll(keepingCapacity: true)
+            line = text
+        }
+        return try text.withUnsafeBufferPointer { (t) throws(HTTPError) in try headerLine(t) }
+    }
+
+    /// One header line without its CRLF; returns true for the blank line that ends the head.
+    private mutating func headerLine(_ text: UnsafeBufferPointer<UInt8>) throws(HTTPError) -> Bool {
+        if text.isEmpty { return true }
         guard headers.count < limits.maxHeaderCount else { throw .headerTooLarge("more than \(limits.maxHeaderCount) header fields") }
-        if line[0] == 0x20 || line[0] == 0x09 { throw badLine("obsolete line folding in header") }
-        guard let colon = line.firstIndex(of: UInt8(ascii: ":")) else { throw badLine("header line without colon") }
-        let name = line[..<colon]
-        guard !name.isEmpty else { throw badLine("empty header name") }
-        guard name.allSatisfy(HTTPHeaders.isTokenChar) else { throw badLine("invalid character in header name") }
-        var start = colon + 1, end = line.count
-        while start < end, line[start] == 0x20 || line[start] == 0x09 { start += 1 }
-        while end > start, line[end - 1] == 0x20 || line[end - 1] == 0x09 { end -= 1 }
-        let value = line[start..<end]
-        // field-value: VCHAR, SP, HTAB and obs-text; no NUL, no other control characters, no DEL.
-        guard value.allSatisfy({ $0 >= 0x20 && $0 != 0x7F || $0 == 0x09 }) else {
+        if text[0] == 0x20 || text[0] == 0x09 { throw badLine("obsolete line folding in header") }
+        guard let colon = ByteScan.firstIndex(of: UInt8(ascii: ":"), in: UnsafeRawBufferPointer(text)) else {
+            throw badLine("header line without colon")
+        }
+        guard colon > 0 else { throw badLine("empty header name") }
+        for k in 0..<colon where !HTTPHeaders.isTokenChar(text[k]) { throw badLine("invalid character in header name") }
+        var start = colon + 1, end = text.count
+        while start < end, text[start] == 0x20 || text[start] == 0x09 { start += 1 }
+        while end > start, text[end - 1] == 0x20 || text[end - 1] == 0x09 { end -= 1 }
+        let value = UnsafeBufferPointer(rebasing: text[start..<end])
+        // field-value: VCHAR, SP, HTAB and obs-text; no NUL, no other control characters, no DEL. Printable ASCII,
+        // the usual value, is checked by the word.
+        guard ByteScan.all(UnsafeRawBufferPointer(value), in: 0x20...0x7E)
+                || value.allSatisfy({ $0 >= 0x20 && $0 != 0x7F || $0 == 0x09 }) else {
             throw badLine("control character in header value")
         }
-        headers.add(name: name, value: value)
+        headers.add(name: UnsafeBufferPointer(rebasing: text[..<colon]), value: value)
         return false
     }
 

@@ -51,6 +51,10 @@ private let validUpgrade = "GET /chat?room=a%20b&x=1+2 HTTP/1.1\r\nHost: server.
     #expect(head.queryValue("key") == "v")
     #expect(HTTPRequestHead(method: "GET", target: "/p", headers: HTTPHeaders()).query == nil)
     #expect(HTTPRequestHead(method: "GET", target: "/p?", headers: HTTPHeaders()).query == "")
+    // Origin form: the path is the target up to its first `?`.
+    for (target, path) in [("/p", "/p"), ("/p?", "/p"), ("/?a=1?b", "/"), ("/a/b?c=/d", "/a/b"), ("/", "/")] {
+        #expect(HTTPRequestHead(method: "GET", target: target, headers: HTTPHeaders()).path == path, "\(target)")
+    }
     // Absolute form: the query is the target's after its first `?`, with or without a path.
     for (target, path, query) in [("http://h:1/ws?a=1?b", "/ws", "a=1?b"), ("HTTPS://h?a=2", "/", "a=2"), ("http://h/x", "/x", nil)] {
         let absolute = HTTPRequestHead(method: "GET", target: target, headers: HTTPHeaders())
