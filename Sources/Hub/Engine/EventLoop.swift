@@ -468,20 +468,22 @@ public final class EventLoop: @unchecked Sendable {
     /// How long the loop may block in `epoll_wait` now, in ms (-1: until woken; 0: not at all). Before it returns
     /// anything but 0 it marks the loop sleeping under the inbox lock, so a job appended from then on writes the
     /// eventfd (and one appended before was seen here); `iterate` clears the mark when `epoll_wait` returns.
-    /// Also says whether jobs are waiting in the inbox (then the timeout is 0).
-    private func sleepTimeout() -> (timeout: Int32, jobsWaiting: Bool) {
+    /// Also says whether jobs are waiting in the inbox (then the timeout is 0), and when it looked (the start of a
+    /// sleep, for the busy window).
+    private func sleepTimeout() -> (timeout: Int32, jobsWaiting: Bool, now: UInt64) {
         guard pendingFlush.isEmpty && pendingClose.isEmpty && state.pointee.deferredWakes.isEmpty else {
-            return (0, false)
+            return (0, false, 0)
         }
         var timeout: Int32 = -1
-        if let nanos = timers.nanosUntilNextTick(now: monotonicNanos()) {
+        let now = monotonicNanos()
+        if let nanos = timers.nanosUntilNextTick(now: now) {
             timeout = Int32(clamping: (nanos + 999_999) / 1_000_000)
-            if timeout == 0 { return (0, false) }
+            if timeout == 0 { return (0, false, now) }
         }
-        return inbox.withLock { box -> (Int32, Bool) in
-            guard box.jobs.isEmpty && !box.stopRequested else { return (0, !box.jobs.isEmpty) }
+        return inbox.withLock { box -> (Int32, Bool, UInt64) in
+            guard box.jobs.isEmpty && !box.stopRequested else { return (0, !box.jobs.isEmpty, now) }
             box.sleeping = true
-            return (timeout, false)
+            return (timeout, false, now)
         }
     }
 
@@ -493,7 +495,7 @@ public final class EventLoop: @unchecked Sendable {
     /// was requested, and how much was done: events dispatched, jobs run, connections flushed or closed.
     private func iterate(mayBlock: Bool) -> (stop: Bool, work: Int) {
         for hook in preHooks { hook() }
-        let (timeout, jobsWaiting) = mayBlock ? sleepTimeout() : (0, false)
+        let (timeout, jobsWaiting, lookedAt) = mayBlock ? sleepTimeout() : (0, false, 0)
         let ready: Int
         var asleepFrom: UInt64 = 0
         if jobsWaiting && !state.pointee.skippedPoll {
@@ -507,7 +509,7 @@ public final class EventLoop: @unchecked Sendable {
             state.pointee.skippedPoll = false
             // Blocking: another loop's thread may run this one meanwhile (`runBorrowed`).
             if timeout != 0 {
-                asleepFrom = monotonicNanos()
+                asleepFrom = lookedAt
                 state.pointee.sleepsUntilWoken = timeout < 0
                 ownership.store(0, ordering: .releasing)
             }
@@ -555,6 +557,7 @@ public final class EventLoop: @unchecked Sendable {
     /// Wakes the sleeping loops this iteration's jobs went to, or runs their inboxes here when nobody else runs them
     /// and this thread has time to spare.
     private func runDeferredWakes() {
+        guard !state.pointee.deferredWakes.isEmpty else { return }
         while let target = state.pointee.deferredWakes.popLast() {
             if !target.runBorrowed() { target.wake() }
         }

@@ -7,9 +7,9 @@ set format y '%g'
 set multiplot layout 1,2
 $lat << EOD
 server p50 p90 p99 p99.9 max
-hub 136.3145 207.618 289.40700000000004 369.099 449.8595
-uws 169.869 216.0065 249.561 278.921 287.293
-socketify 174.0635 222.2985 310.37850000000003 356.51599999999996 385.793
+hub 126.87799999999999 190.841 249.561 297.7955 341.3595
+uws 167.772 205.521 230.6865 266.33799999999997 280.776
+socketify 171.9665 211.8125 232.784 257.95000000000005 266.5655
 EOD
 set title "publish-to-receive latency, all deliveries"
 set ylabel 'ms (log scale)'
@@ -22,10 +22,10 @@ set boxwidth 0.9
 set xtics rotate by -25
 plot for [i=2:6] $lat using i:xtic(1) title columnheader(i)
 unset logscale y
-$d76094 << EOD
-"hub" 0.99
-"uws" 1.1099999999999999
-"socketify" 1.155
+$d74889 << EOD
+"hub" 0.985
+"uws" 1.11
+"socketify" 1.17
 EOD
 set title "server CPU per delivery"
 set ylabel 'µs'
@@ -36,5 +36,5 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d76094 using 2:xtic(1) notitle lc rgb '#4477aa'
+plot $d74889 using 2:xtic(1) notitle lc rgb '#4477aa'
 unset multiplot

@@ -5,10 +5,10 @@ set key below
 set style fill solid 0.8 border -1
 set format y '%g'
 set multiplot layout 1,3
-$d3858 << EOD
-"hub" 4668.5
-"uws" 4666.5
-"socketify" 3604.5
+$d97739 << EOD
+"hub" 4675.0
+"uws" 4672.5
+"socketify" 4672.0
 EOD
 set title "handshakes/s during the ramp"
 set ylabel 'per second'
@@ -19,11 +19,11 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d3858 using 2:xtic(1) notitle lc rgb '#4477aa'
-$d87348 << EOD
-"hub" 0.84130859375
+plot $d97739 using 2:xtic(1) notitle lc rgb '#4477aa'
+$d61408 << EOD
+"hub" 0.83837890625
 "uws" 1.0927734375
-"socketify" 1.275390625
+"socketify" 1.2763671875
 EOD
 set title "RSS per connection"
 set ylabel 'KiB'
@@ -34,11 +34,11 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d87348 using 2:xtic(1) notitle lc rgb '#4477aa'
-$d56749 << EOD
-"hub" 93.15
-"uws" 80.75
-"socketify" 239.5
+plot $d61408 using 2:xtic(1) notitle lc rgb '#4477aa'
+$d95282 << EOD
+"hub" 71.3
+"uws" 57.6
+"socketify" 200.8
 EOD
 set title "server CPU per handshake"
 set ylabel 'µs'
@@ -49,5 +49,5 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d56749 using 2:xtic(1) notitle lc rgb '#4477aa'
+plot $d95282 using 2:xtic(1) notitle lc rgb '#4477aa'
 unset multiplot
