@@ -49,7 +49,7 @@ public struct HTTPHeaders: Sendable {
     }
 
     /// A field from the parser (its read buffer or its line buffer).
-    mutating func add(name: UnsafeBufferPointer<UInt8>, value: UnsafeBufferPointer<UInt8>) {
+    mutating func add(name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) {
         reserveOnFirstAdd()
         let start = bytes.count
         bytes.append(contentsOf: name)

@@ -295,7 +295,7 @@ struct HeadScanner: Sendable {
                 if sawStartLine && line.isEmpty && j + 1 < count && bytes[j] == 0x0D && bytes[j + 1] == 0x0A {
                     headSize += run + 2
                     if headSize > limits.maxHeadSize { throw .headerTooLarge("message head larger than \(limits.maxHeadSize) bytes") }
-                    let text = UnsafeBufferPointer(rebasing: bytes.assumingMemoryBound(to: UInt8.self)[i..<j])
+                    let text = UnsafeRawBufferPointer(rebasing: bytes[i..<j])
                     i = j + 2
                     if try headerLine(text) {
                         reset()
@@ -358,15 +358,15 @@ struct HeadScanner: Sendable {
             text.removeAll(keepingCapacity: true)
             line = text
         }
-        return try text.withUnsafeBufferPointer { (t) throws(HTTPError) in try headerLine(t) }
+        return try text.withUnsafeBufferPointer { (t) throws(HTTPError) in try headerLine(UnsafeRawBufferPointer(t)) }
     }
 
     /// One header line without its CRLF; returns true for the blank line that ends the head.
-    private mutating func headerLine(_ text: UnsafeBufferPointer<UInt8>) throws(HTTPError) -> Bool {
+    private mutating func headerLine(_ text: UnsafeRawBufferPointer) throws(HTTPError) -> Bool {
         if text.isEmpty { return true }
         guard headers.count < limits.maxHeaderCount else { throw .headerTooLarge("more than \(limits.maxHeaderCount) header fields") }
         if text[0] == 0x20 || text[0] == 0x09 { throw badLine("obsolete line folding in header") }
-        guard let colon = ByteScan.firstIndex(of: UInt8(ascii: ":"), in: UnsafeRawBufferPointer(text)) else {
+        guard let colon = ByteScan.firstIndex(of: UInt8(ascii: ":"), in: text) else {
             throw badLine("header line without colon")
         }
         guard colon > 0 else { throw badLine("empty header name") }
@@ -374,14 +374,14 @@ struct HeadScanner: Sendable {
         var start = colon + 1, end = text.count
         while start < end, text[start] == 0x20 || text[start] == 0x09 { start += 1 }
         while end > start, text[end - 1] == 0x20 || text[end - 1] == 0x09 { end -= 1 }
-        let value = UnsafeBufferPointer(rebasing: text[start..<end])
+        let value = UnsafeRawBufferPointer(rebasing: text[start..<end])
         // field-value: VCHAR, SP, HTAB and obs-text; no NUL, no other control characters, no DEL. Printable ASCII,
         // the usual value, is checked by the word.
-        guard ByteScan.all(UnsafeRawBufferPointer(value), in: 0x20...0x7E)
+        guard ByteScan.all(value, in: 0x20...0x7E)
                 || value.allSatisfy({ $0 >= 0x20 && $0 != 0x7F || $0 == 0x09 }) else {
             throw badLine("control character in header value")
         }
-        headers.add(name: UnsafeBufferPointer(rebasing: text[..<colon]), value: value)
+        headers.add(name: UnsafeRawBufferPointer(rebasing: text[..<colon]), value: value)
         return false
     }
 
