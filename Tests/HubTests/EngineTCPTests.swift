@@ -109,6 +109,29 @@ struct EngineTCPTests {
 
     /// One listening socket shared by the loops (EPOLLEXCLUSIVE): port 0 works, sequential connections (each loop
     /// idle when the next arrives) land on every loop, and the address is exclusively ours.
+    /// A listener for a protocol whose client speaks first (HTTP, TLS) is handed a connection once the client has
+    /// sent something: a silent client waits in the kernel until the deferral passes, one that sends is accepted at
+    /// once.
+    @Test func clientSpeaksFirstDefersTheAcceptUntilTheClientSends() throws {
+        let loop = try EventLoop()
+        defer { loop.stop(); loop.join() }
+        let listener = try TCPListener.bind(SocketAddress(parsing: "127.0.0.1:0"), on: [loop], clientSpeaksFirst: true) { _ in
+            TestDelegate { FramedEchoHandler() }
+        }
+        defer { listener.close() }
+        let silent = TestClient.connect(port: listener.port)
+        defer { _ = close(silent) }
+        usleep(400_000)
+        #expect(loop.metricsSnapshot().accepts == 0, "a client that sent nothing is not handed over yet")
+        let speaking = TestClient.connect(port: listener.port)
+        defer { _ = close(speaking) }
+        let frame: [UInt8] = [0, 0, 0, 2, 4, 2]
+        #expect(TestClient.writeAll(speaking, frame))
+        #expect(TestClient.read(speaking, count: frame.count) == frame)
+        #expect(loop.metricsSnapshot().accepts == 1, "the client that sent its bytes, at once")
+        #expect(eventually(timeout: 5) { loop.metricsSnapshot().accepts == 2 }, "the silent one once the deferral passed")
+    }
+
     @Test func sharedSocketOnPortZeroSpreadsAcrossLoops() throws {
         let group = try EventLoopGroup(loopCount: 2)
         defer { group.shutdown() }

@@ -221,9 +221,25 @@ import WSProtocol
                 #expect(refused.headers[first: "Retry-After"] == "5")
             }
         }
+        // The refused request is read before the close, so the refusal ends with a clean close (FIN), not a reset
+        // that could destroy the answer before the client reads it.
+        let fd = try TestWebSocket.tcpConnect(port: hub.port)
+        defer { close(fd) }
+        try TestWebSocket.writeAll(fd, ClientHandshake.request(host: "127.0.0.1:\(hub.port)", path: "/ws", key: ClientHandshake.makeKey(),
+                                                                 extraHeaders: [("Authorization", "Bearer \(try hub.token("acc_x"))")]))
+        var answer: [UInt8] = []
+        var end: Int32 = -1  // the errno the answer ended with (0: the server's FIN)
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while try TestWebSocket.waitReadable(fd, timeout: 5) {
+            let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            if n <= 0 { end = n == 0 ? 0 : errno; break }
+            answer += buffer[0..<n]
+        }
+        #expect(String(decoding: answer, as: UTF8.self).hasPrefix("HTTP/1.1 503 "))
+        #expect(end == 0, "the refusal ends with \(end == 0 ? "a clean close" : String(cString: strerror(end)))")
         #expect(eventually { hub.logLines(containing: "at the connection limit").count >= 1 })
         #expect(hub.logLines(containing: "at the connection limit").count == 1, "\(hub.log)")
-        #expect((try hub.stats()["drops"] as? [String: Any])?["rejectedConnections"] as? Int == 5)
+        #expect((try hub.stats()["drops"] as? [String: Any])?["rejectedConnections"] as? Int == 6)
         // The admitted clients still work.
         #expect(try hub.publish(channel: "wallet_updates", account: "acc_0")["delivered"] as? Int == 1)
         #expect(try clients[0].nextText() == #"{"type":"test_event","channel":"wallet_updates","seq":1,"data":{}}"#)

@@ -441,6 +441,13 @@ public final class Connection {
         }
     }
 
+    /// Reads now what the peer may already have sent, without waiting for epoll to say so: for a connection just
+    /// accepted, whose client usually sent its request (or TLS hello) right after connecting. Finds nothing at the
+    /// cost of one `read` returning EAGAIN; finds the request at the saving of a trip through `epoll_wait`.
+    public func readEarly() {
+        handleEvents(Epoll.readable)
+    }
+
     private func continueReading() {
         if state == .open && !readingPaused { readAvailable() }
     }

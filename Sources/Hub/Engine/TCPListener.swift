@@ -34,16 +34,25 @@ public final class TCPListener: Sendable {
     /// - Parameter makeDelegate: runs once on each loop thread; its result receives that loop's
     ///   accepted connections.
     /// - Throws: `EngineError` when the address is in use (another process listens on it).
-    public static func bind(_ address: String, on group: EventLoopGroup, backlog: Int32 = 1024,
+    /// - Parameter clientSpeaksFirst: the protocol's client always sends first (HTTP, TLS): the kernel hands over a
+    ///   connection once its first bytes have arrived, or once `deferSeconds` have passed without any
+    ///   (`TCP_DEFER_ACCEPT`), so the loop is woken once per connection (accept and read its request) instead of twice
+    ///   (accept, then its request), and a client that connects and says nothing waits in the kernel, not in the hub.
+    public static func bind(_ address: String, on group: EventLoopGroup, backlog: Int32 = 1024, clientSpeaksFirst: Bool = false,
                             makeDelegate: @escaping @Sendable (EventLoop) -> any ListenerDelegate) throws -> TCPListener {
-        try bind(SocketAddress(parsing: address), on: group.loops, backlog: backlog, makeDelegate: makeDelegate)
+        try bind(SocketAddress(parsing: address), on: group.loops, backlog: backlog, clientSpeaksFirst: clientSpeaksFirst,
+                 makeDelegate: makeDelegate)
     }
 
+    /// How long the kernel holds a connection that has sent nothing before handing it over anyway
+    /// (`clientSpeaksFirst`); Linux rounds it to its SYN-ACK retransmission schedule (1 s: the first retransmission).
+    static let deferSeconds: Int32 = 1
+
     /// Binds on an explicit list of loops.
-    public static func bind(_ address: SocketAddress, on loops: [EventLoop], backlog: Int32 = 1024,
+    public static func bind(_ address: SocketAddress, on loops: [EventLoop], backlog: Int32 = 1024, clientSpeaksFirst: Bool = false,
                             makeDelegate: @escaping @Sendable (EventLoop) -> any ListenerDelegate) throws -> TCPListener {
         precondition(!loops.isEmpty)
-        let fd = try openListeningSocket(address, backlog: backlog)
+        let fd = try openListeningSocket(address, backlog: backlog, deferAccept: clientSpeaksFirst)
         let bound: SocketAddress
         do {
             bound = try localAddress(fd)
@@ -69,7 +78,7 @@ public final class TCPListener: Sendable {
         return TCPListener(address: bound, fd: fd, loops: loops)
     }
 
-    private static func openListeningSocket(_ address: SocketAddress, backlog: Int32) throws -> Int32 {
+    private static func openListeningSocket(_ address: SocketAddress, backlog: Int32, deferAccept: Bool) throws -> Int32 {
         let fd = try syscallBlocking("socket") {
             socket(address.family, Int32(SOCK_STREAM.rawValue) | LinuxSyscalls.CLOEXEC | LinuxSyscalls.NONBLOCK, 0)
         }
@@ -79,6 +88,12 @@ public final class TCPListener: Sendable {
             // Linux copies TCP_NODELAY from the listening socket to every socket `accept` returns: set once here,
             // not once per connection (one setsockopt of the seven syscalls a connection's set-up made).
             try Socket.setFlag(fd, Int32(IPPROTO_TCP), TCP_NODELAY)
+            if deferAccept {
+                var seconds = deferSeconds
+                _ = try syscallBlocking("setsockopt") {
+                    setsockopt(fd, Int32(IPPROTO_TCP), TCP_DEFER_ACCEPT, &seconds, socklen_t(MemoryLayout<Int32>.size))
+                }
+            }
             _ = try syscallBlocking("bind") { address.withSockAddr { Glibc.bind(fd, $0, $1) } }
             // With SO_REUSEADDR two sockets may both bind an address nobody listens on yet; `listen` is where the
             // kernel lets only one of them have it.

@@ -80,7 +80,7 @@ public final class HubServer: Sendable {
         // With a certificate and no --tls-listen, the one listener speaks TLS.
         let mainTLS = configuration.tlsListen == nil ? tls : nil
         do {
-            tcp = try TCPListener.bind(configuration.listen, on: group) { loop in ClientAcceptor(context: contexts[loop.index], tls: mainTLS) }
+            tcp = try TCPListener.bind(configuration.listen, on: group, clientSpeaksFirst: true) { loop in ClientAcceptor(context: contexts[loop.index], tls: mainTLS) }
         } catch {
             unix.close()
             group.shutdown()
@@ -89,7 +89,7 @@ public final class HubServer: Sendable {
         var tlsTCP: TCPListener? = nil
         if let tlsListen = configuration.tlsListen, let tls {
             do {
-                tlsTCP = try TCPListener.bind(tlsListen, on: group) { loop in ClientAcceptor(context: contexts[loop.index], tls: tls) }
+                tlsTCP = try TCPListener.bind(tlsListen, on: group, clientSpeaksFirst: true) { loop in ClientAcceptor(context: contexts[loop.index], tls: tls) }
             } catch {
                 tcp.close()
                 unix.close()
@@ -258,6 +258,9 @@ final class ClientAcceptor: ListenerDelegate {
         }
         context.clients[client.serial] = client
         client.start()
+        // The listener defers accepts until the client has sent something (`clientSpeaksFirst`): its request is
+        // almost always here already, so it is read now rather than after another trip through `epoll_wait`.
+        client.connection?.readEarly()
     }
 
     func shedding(fd: Int32, on loop: EventLoop) {
@@ -270,7 +273,14 @@ final class ClientAcceptor: ListenerDelegate {
         context.hub.descriptorsExhausted("out of file descriptors (\(errno == EMFILE ? "EMFILE: the process limit \(limit)" : "ENFILE: the system limit") is reached): refusing new clients with HTTP 503 until descriptors free up")
     }
 
+    /// Answers 503 on a connection about to be closed. Its request (already here: accepts wait for it) is read
+    /// and dropped first: closing a socket with unread input resets the connection, and the reset can destroy the
+    /// answer before the client reads it.
     private func refuse(_ fd: Int32) {
+        withUnsafeTemporaryAllocation(byteCount: 4096, alignment: 1) { scratch in
+            var reads = 0  // at most 64 KiB: a client that keeps sending gets its reset
+            while reads < 16, recv(fd, scratch.baseAddress, scratch.count, Int32(MSG_DONTWAIT)) == scratch.count { reads += 1 }
+        }
         _ = Self.busyResponse.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
     }
 }
