@@ -7,9 +7,9 @@ set format y '%g'
 set multiplot layout 1,2
 $lat << EOD
 server p50 p90 p99 p99.9 max
-hub 126.87799999999999 190.841 249.561 297.7955 341.3595
-uws 167.772 205.521 230.6865 266.33799999999997 280.776
-socketify 171.9665 211.8125 232.784 257.95000000000005 266.5655
+hub 134.218 201.3265 257.9495 314.5725 373.8855
+uws 167.772 205.52100000000002 228.5895 247.464 255.5365
+socketify 167.772 207.61849999999998 226.4925 247.464 262.9735
 EOD
 set title "publish-to-receive latency, all deliveries"
 set ylabel 'ms (log scale)'
@@ -22,10 +22,10 @@ set boxwidth 0.9
 set xtics rotate by -25
 plot for [i=2:6] $lat using i:xtic(1) title columnheader(i)
 unset logscale y
-$d74889 << EOD
-"hub" 0.985
-"uws" 1.11
-"socketify" 1.17
+$d59541 << EOD
+"hub" 0.99
+"uws" 1.09
+"socketify" 1.1400000000000001
 EOD
 set title "server CPU per delivery"
 set ylabel 'µs'
@@ -36,5 +36,5 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d74889 using 2:xtic(1) notitle lc rgb '#4477aa'
+plot $d59541 using 2:xtic(1) notitle lc rgb '#4477aa'
 unset multiplot

@@ -5,10 +5,10 @@ set key below
 set style fill solid 0.8 border -1
 set format y '%g'
 set multiplot layout 1,3
-$d97739 << EOD
+$d20562 << EOD
 "hub" 4675.0
-"uws" 4672.5
-"socketify" 4672.0
+"uws" 4674.0
+"socketify" 4668.5
 EOD
 set title "handshakes/s during the ramp"
 set ylabel 'per second'
@@ -19,11 +19,11 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d97739 using 2:xtic(1) notitle lc rgb '#4477aa'
-$d61408 << EOD
-"hub" 0.83837890625
+plot $d20562 using 2:xtic(1) notitle lc rgb '#4477aa'
+$d31958 << EOD
+"hub" 0.8427734375
 "uws" 1.0927734375
-"socketify" 1.2763671875
+"socketify" 1.27734375
 EOD
 set title "RSS per connection"
 set ylabel 'KiB'
@@ -34,11 +34,11 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d61408 using 2:xtic(1) notitle lc rgb '#4477aa'
-$d95282 << EOD
-"hub" 71.3
+plot $d31958 using 2:xtic(1) notitle lc rgb '#4477aa'
+$d18421 << EOD
+"hub" 60.8
 "uws" 57.6
-"socketify" 200.8
+"socketify" 201.05
 EOD
 set title "server CPU per handshake"
 set ylabel 'µs'
@@ -49,5 +49,5 @@ set xtics nomirror rotate by -25
 set format y '%g'
 unset logscale y
 set yrange [0:*]
-plot $d95282 using 2:xtic(1) notitle lc rgb '#4477aa'
+plot $d18421 using 2:xtic(1) notitle lc rgb '#4477aa'
 unset multiplot
