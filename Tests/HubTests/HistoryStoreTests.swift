@@ -397,9 +397,12 @@ final class HeldShard: FanoutShard {
 final class RecordingShard: FanoutShard {
     let batches = Mutex(0)
     let holds = Mutex<[String?]>([])
+    /// The last batch's per-event loops (`EventBatch.loops`).
+    let lastLoops = Mutex<[UInt64]>([])
 
     func deliver(_ batch: EventBatch, done: @escaping @Sendable ([Int]) -> Void) {
         batches.withLock { $0 += 1 }
+        lastLoops.withLock { $0 = batch.loops }
         let held = holds.withLock { $0 }
         done(batch.events.map { event in held.contains(event.account?.string) ? 1 : 0 })
     }
@@ -505,6 +508,31 @@ final class Outcomes: Sendable {
         // A follower whose loop is not known: every loop.
         _ = broker.attach([StreamRead(stream: key(nil), follow: true, resume: nil, limit: 0)])
         #expect(handed([nil]).loops == [0, 1, 2, 3, 4, 5])
+    }
+
+    /// A batch whose events go to different loops says, per event, which loops follow its stream, and a loop skips
+    /// the events it does not follow; a batch whose events all go to the same loops says nothing per event.
+    @Test func aBatchSaysWhichLoopsFollowEachEvent() {
+        let shards = (0..<3).map { _ in RecordingShard() }
+        let broker = LocalBroker(channelNames: ["c"], shards: shards, options: Self.options)
+        func key(_ account: String) -> StreamKey { StreamKey(channel: 0, account: AccountID(account)) }
+        for (account, loop) in [("a", 0), ("b", 2), ("c", 0), ("c", 2)] {
+            _ = broker.attach([StreamRead(stream: key(account), follow: true, resume: nil, limit: 0, loop: loop)])
+        }
+        func loops(_ accounts: [String]) -> [UInt64] {
+            for shard in shards { shard.lastLoops.withLock { $0 = [99] } }
+            Self.publish(broker, accounts.map { ($0, nil) }, into: Outcomes())
+            return shards.lazy.map { $0.lastLoops.withLock { $0 } }.first { $0 != [99] } ?? [99]  // the one batch, as handed
+        }
+        #expect(loops(["a", "a"]) == [])
+        #expect(loops(["c", "c"]) == [])
+        #expect(loops(["a", "b", "z", "c"]) == [0b001, 0b100, 0, 0b101])
+        #expect(loops(["b", "a"]) == [0b100, 0b001])
+        let batch = EventBatch(events: [], loops: [0b001, 0b100, 0, 0b101])
+        #expect([0, 1, 2, 3].map { batch.reaches($0, loop: 0) } == [true, false, false, true])
+        #expect([0, 1, 2, 3].map { batch.reaches($0, loop: 2) } == [false, true, false, true])
+        #expect(!batch.reaches(3, loop: 64))
+        #expect(EventBatch(events: []).reaches(0, loop: 70), "no per-event loops: every loop it is handed")
     }
 
     /// Random follows and unfollows (some of them for a loop with no follower) on up to 8 loops against per-loop

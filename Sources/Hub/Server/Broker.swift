@@ -239,7 +239,20 @@ extension FanoutShard {
 /// A batch of numbered events handed to every shard.
 public final class EventBatch: Sendable {
     public let events: [PublishedEvent]
-    init(events: [PublishedEvent]) { self.events = events }
+    /// Per event, the loops (bit i: loop i) with followers of its stream when it was numbered; empty when every loop
+    /// the batch is handed to follows every event of it (one loop, or the same loops for all). A loop skips the
+    /// events it does not follow instead of looking each one up in its registry to find nobody there.
+    let loops: [UInt64]
+    init(events: [PublishedEvent], loops: [UInt64] = []) {
+        self.events = events
+        self.loops = loops
+    }
+
+    /// Whether loop `loop` may have subscribers of event `i`.
+    @inline(__always)
+    func reaches(_ i: Int, loop: Int) -> Bool {
+        loops.isEmpty || (loop < 64 && loops[i] & (1 << UInt64(loop)) != 0)
+    }
 }
 
 /// Options of the local broker (from `HubConfiguration`).
@@ -319,6 +332,8 @@ public final class LocalBroker: Broker {
             var waiting = 0
             // The loops with followers of any of the batch's streams: the others are not handed it (nor woken).
             var loops: UInt64 = 0
+            // Per event, its stream's loops: made once two events' loops differ (until then they are all `loops`).
+            var eventLoops: [UInt64] = []
             for (i, draft) in drafts.enumerated() {
                 let key = draft.stream
                 if let idempotencyKey = draft.idempotencyKey, let seen = s.idempotency.lookup(key, idempotencyKey, now: now) {
@@ -333,7 +348,15 @@ public final class LocalBroker: Broker {
                     continue
                 }
                 let (stream, seq) = s.history.number(key, now: now)
-                loops |= stream.loopFollowers.mask(loops: shards.count)
+                let followers = stream.loopFollowers.mask(loops: shards.count)
+                if !eventLoops.isEmpty {
+                    eventLoops.append(followers)
+                } else if !events.isEmpty && followers != loops {
+                    eventLoops.reserveCapacity(drafts.count)
+                    eventLoops.append(contentsOf: repeatElement(loops, count: events.count))
+                    eventLoops.append(followers)
+                }
+                loops |= followers
                 let event = Self.frame(draft, channelName: channelNames[draft.channel], seq: seq, now: now, wall: wall,
                                        writer: &s.writer)
                 s.history.retain(event, in: stream, now: now)
@@ -351,7 +374,7 @@ public final class LocalBroker: Broker {
             collector.prepare(events: events, replies: replies, eventOfDraft: eventOfDraft, owned: owned, waiting: waiting,
                               shards: handed)
             guard handed > 0 else { return false }
-            let batch = EventBatch(events: events)
+            let batch = EventBatch(events: events, loops: everyLoop ? [] : eventLoops)
             let reference = DeliveryCollector.Reference(collector: collector)
             for (i, shard) in shards.enumerated() where everyLoop || (loops >> UInt64(i)) & 1 == 1 {
                 shard.deliver(batch) { counts in reference.collector.report(counts) }

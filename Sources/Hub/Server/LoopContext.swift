@@ -155,7 +155,8 @@ final class LoopContext: @unchecked Sendable {
     func deliver(_ batch: EventBatch) -> [Int] {
         var counts = Array(filledWith: 0, count: batch.events.count)
         var now: UInt64 = 0
-        for (i, event) in batch.events.enumerated() {
+        let index = loop.index
+        for (i, event) in batch.events.enumerated() where batch.reaches(i, loop: index) {
             let subscribers = event.account.map { registry.subscribers(channel: event.channel, account: $0) }
                 ?? registry.subscribers(channel: event.channel)
             guard !subscribers.isEmpty else { continue }
