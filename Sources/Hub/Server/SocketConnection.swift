@@ -348,33 +348,43 @@ final class SocketConnection: ConnectionHandler {
     }
 
     /// The known replies at the head of the FIFO, as far as the queue has room, in one write; a reply larger
-    /// than the room goes in pieces.
+    /// than the room goes in pieces. The write's buffer is made at its final size and filled from the slots (one
+    /// allocation and one copy, however many replies).
     private func moveKnownReplies(to connection: Connection) {
-        var room = Self.maxQueuedBytes - connection.queuedBytes
-        var out: [UInt8] = []
-        while room > 0, slotHead < slots.count, let bytes = slots[slotHead].bytes {
-            let slot = slots[slotHead]
-            let n = min(room, bytes.count - slot.sent)
-            let from = bytes.startIndex + slot.sent
-            if slot.sent == 0 && n == bytes.count && out.isEmpty && slotHead + 1 == slots.count {
-                // The common single reply: written from the slot's bytes, no copy into `out`.
-                _ = bytes.withUnsafeBytes { connection.write(copying: $0) }
-            } else {
-                out.append(contentsOf: bytes[from..<(from + n)])
+        let room = Self.maxQueuedBytes - connection.queuedBytes
+        var end = slotHead
+        var total = 0
+        while total < room, end < slots.count, let bytes = slots[end].bytes {
+            total += min(room - total, bytes.count - slots[end].sent)
+            end += 1
+        }
+        let chunk = total == 0 ? nil : SharedBytes(count: total) { out in
+            var at = 0
+            for slot in slots[slotHead..<end] {
+                guard let bytes = slot.bytes else { break }
+                let n = min(total - at, bytes.count - slot.sent)
+                guard n > 0 else { continue }
+                bytes.withUnsafeBytes { (out.baseAddress! + at).copyMemory(from: $0.baseAddress! + slot.sent, byteCount: n) }
+                at += n
             }
+        }
+        var left = total
+        for slot in slots[slotHead..<end] {
+            guard let bytes = slot.bytes else { break }
+            let n = min(left, bytes.count - slot.sent)
+            left -= n
             slot.sent += n
             slot.weight -= n
             heldBytes -= n
-            room -= n
             guard slot.sent == bytes.count else { break }  // the rest once the queue has drained
             slot.bytes = nil
             slotHead += 1
         }
+        if let chunk { _ = connection.write(chunk) }
         if slotHead > 1024 && slotHead * 2 > slots.count {
             slots.removeFirst(slotHead)
             slotHead = 0
         }
-        if !out.isEmpty { _ = out.withUnsafeBytes { connection.write(copying: $0) } }
     }
 
     private func pause() {
