@@ -358,29 +358,26 @@ final class SocketConnection: ConnectionHandler {
             total += min(room - total, bytes.count - slots[end].sent)
             end += 1
         }
-        let chunk = total == 0 ? nil : SharedBytes(count: total) { out in
+        // One pass copies each slot's share and retires the slots written whole (an empty buffer when `total` is 0:
+        // nothing is copied, and empty replies are retired all the same).
+        let chunk = SharedBytes(count: total) { out in
             var at = 0
             for slot in slots[slotHead..<end] {
                 guard let bytes = slot.bytes else { break }
                 let n = min(total - at, bytes.count - slot.sent)
-                guard n > 0 else { continue }
-                bytes.withUnsafeBytes { (out.baseAddress! + at).copyMemory(from: $0.baseAddress! + slot.sent, byteCount: n) }
+                if n > 0 {
+                    bytes.withUnsafeBytes { (out.baseAddress! + at).copyMemory(from: $0.baseAddress! + slot.sent, byteCount: n) }
+                }
                 at += n
+                slot.sent += n
+                slot.weight -= n
+                heldBytes -= n
+                guard slot.sent == bytes.count else { break }  // the rest once the queue has drained
+                slot.bytes = nil
+                slotHead += 1
             }
         }
-        var left = total
-        for slot in slots[slotHead..<end] {
-            guard let bytes = slot.bytes else { break }
-            let n = min(left, bytes.count - slot.sent)
-            left -= n
-            slot.sent += n
-            slot.weight -= n
-            heldBytes -= n
-            guard slot.sent == bytes.count else { break }  // the rest once the queue has drained
-            slot.bytes = nil
-            slotHead += 1
-        }
-        if let chunk { _ = connection.write(chunk) }
+        if total > 0 { _ = connection.write(chunk) }
         if slotHead > 1024 && slotHead * 2 > slots.count {
             slots.removeFirst(slotHead)
             slotHead = 0
