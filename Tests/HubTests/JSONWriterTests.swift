@@ -125,6 +125,34 @@ struct JSONWriterTests {
         #expect(w.capacity == cap)
     }
 
+    /// Each value and key is written as one token with its comma (one capacity check): after a comma and without
+    /// one, and with the storage growing at every point of the output.
+    @Test func tokensAfterCommasAtEveryCapacity() {
+        let expected = #"[7,-7,18446744073709551615,"static","plain",null,true,false,"esc\"aped",{"k":0,"key2":"v"},0,"s"]"#
+        for capacity in 16...(expected.utf8.count + 1) {
+            var w = JSONWriter(capacity: capacity)
+            w.beginArray()
+            w.int(7)
+            w.int(-7)
+            w.uint(UInt64.max)
+            w.string("static" as StaticString)
+            w.string("plain" as String)
+            w.null()
+            w.bool(true)
+            w.bool(false)
+            w.string("esc\"aped" as String)
+            w.beginObject()
+            w.field("k", 0)
+            w.key("key2" as StaticString)
+            w.string("v" as StaticString)
+            w.endObject()
+            w.uint(0)
+            w.string("s" as String)
+            w.endArray()
+            #expect(text(w) == expected, "capacity \(capacity)")
+        }
+    }
+
     @Test func newlineResetsCommaState() {
         var w = JSONWriter()
         w.beginObject(); w.field("ok", true); w.endObject(); w.newline()

@@ -124,11 +124,19 @@ public struct JSONWriter: Sendable {
 
     /// Writes `"key":` for a key known to need no escaping (the protocol's own ASCII field names).
     @inlinable public mutating func key(_ key: StaticString) {
-        comma()
-        put(UInt8(ascii: "\""))
-        appendStatic(key)
-        put(UInt8(ascii: "\""))
-        put(UInt8(ascii: ":"))
+        // One capacity check for the whole token (`,"key":`) rather than one per byte or part: the writer's
+        // storage is an array, and each check asks whether it is uniquely referenced.
+        let n = key.utf8CodeUnitCount
+        let comma = needsComma
+        write(upTo: n &+ 4) { d in
+            var i = 0
+            if comma { d[0] = UInt8(ascii: ","); i = 1 }
+            d[i] = UInt8(ascii: "\"")
+            (d + (i &+ 1)).update(from: key.utf8Start, count: n)
+            d[i &+ n &+ 1] = UInt8(ascii: "\"")
+            d[i &+ n &+ 2] = UInt8(ascii: ":")
+            return i &+ n &+ 3
+        }
         needsComma = false
     }
 
@@ -147,24 +155,28 @@ public struct JSONWriter: Sendable {
 
     // MARK: Values
 
-    @inlinable public mutating func null() {
-        comma()
-        appendStatic("null")
-        needsComma = true
-    }
+    @inlinable public mutating func null() { token("null") }
 
-    @inlinable public mutating func bool(_ value: Bool) {
-        comma()
-        if value { appendStatic("true") } else { appendStatic("false") }
-        needsComma = true
-    }
+    @inlinable public mutating func bool(_ value: Bool) { token(value ? "true" : "false") }
 
     /// A string literal known to need no escaping.
-    @inlinable public mutating func string(_ value: StaticString) {
-        comma()
-        put(UInt8(ascii: "\""))
-        appendStatic(value)
-        put(UInt8(ascii: "\""))
+    @inlinable public mutating func string(_ value: StaticString) { token(value, quoted: true) }
+
+    /// A value given as literal bytes known to need no escaping (`null`, `true`; quoted: a string), with its comma,
+    /// in one write.
+    @inlinable @inline(__always)
+    mutating func token(_ s: StaticString, quoted: Bool = false) {
+        let n = s.utf8CodeUnitCount
+        let comma = needsComma
+        write(upTo: n &+ 3) { d in
+            var i = 0
+            if comma { d[0] = UInt8(ascii: ","); i = 1 }
+            if quoted { d[i] = UInt8(ascii: "\""); i &+= 1 }
+            (d + i).update(from: s.utf8Start, count: n)
+            i &+= n
+            if quoted { d[i] = UInt8(ascii: "\""); i &+= 1 }
+            return i
+        }
         needsComma = true
     }
 
@@ -176,6 +188,21 @@ public struct JSONWriter: Sendable {
     /// A string given as valid UTF-8 bytes; escaped per RFC 8259 (`"`, `\`, control characters; `\u00XX` for
     /// controls without a short form). Non-ASCII is kept as is.
     public mutating func string(utf8: UnsafeRawBufferPointer) {
+        let n = utf8.count
+        // The usual case, nothing to escape: the whole token (`,"value"`) in one write.
+        if let base = utf8.baseAddress, JSONWriter.firstNeedingEscape(base, from: 0, count: n) == n {
+            let comma = needsComma
+            write(upTo: n &+ 3) { d in
+                var i = 0
+                if comma { d[0] = UInt8(ascii: ","); i = 1 }
+                d[i] = UInt8(ascii: "\"")
+                UnsafeMutableRawPointer(d + (i &+ 1)).copyMemory(from: base, byteCount: n)
+                d[i &+ n &+ 1] = UInt8(ascii: "\"")
+                return i &+ n &+ 2
+            }
+            needsComma = true
+            return
+        }
         comma()
         put(UInt8(ascii: "\""))
         appendEscaped(utf8)
@@ -218,19 +245,18 @@ public struct JSONWriter: Sendable {
     public mutating func int(_ value: Int) { int(Int64(value)) }
 
     public mutating func int(_ value: Int64) {
-        comma()
         if value < 0 {
+            comma()
             put(UInt8(ascii: "-"))
             appendDecimal(value.magnitude)
         } else {
-            appendDecimal(UInt64(value))
+            appendDecimal(UInt64(value), comma: needsComma)
         }
         needsComma = true
     }
 
     public mutating func uint(_ value: UInt64) {
-        comma()
-        appendDecimal(value)
+        appendDecimal(value, comma: needsComma)
         needsComma = true
     }
 
@@ -273,13 +299,16 @@ public struct JSONWriter: Sendable {
         appendDecimal(value.magnitude)
     }
 
-    /// Fast itoa: digits written in place, two at a time.
-    mutating func appendDecimal(_ value: UInt64) {
+    /// Fast itoa: digits written in place, two at a time; `comma` puts a `,` before them in the same write.
+    mutating func appendDecimal(_ value: UInt64, comma: Bool = false) {
         var digits = 1
         var t = value
         while t >= 10 { t /= 10; digits &+= 1 }
         let pairs = JSONWriter.digitPairs.utf8Start
-        write(upTo: digits) { dst in
+        let lead = comma ? 1 : 0
+        write(upTo: digits &+ lead) { start in
+            start[0] = UInt8(ascii: ",")  // overwritten by the first digit when there is no comma
+            let dst = start + lead
             var i = digits
             var v = value
             while v >= 100 {
@@ -296,7 +325,7 @@ public struct JSONWriter: Sendable {
             } else {
                 dst[0] = UInt8(truncatingIfNeeded: v) &+ 0x30
             }
-            return digits
+            return digits &+ lead
         }
     }
 
