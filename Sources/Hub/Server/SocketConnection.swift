@@ -222,7 +222,14 @@ final class SocketConnection: ConnectionHandler {
     /// Hands this read's publishes to the broker as one batch (the line bytes are still valid here).
     private func submitDrafts() {
         guard !drafts.isEmpty else { return }
-        let waiting = LoopOwned(draftSlots)
+        // The batch's slots in an array of their own, sized to the batch. Handing over `draftSlots` itself would share
+        // its buffer, and `removeAll(keepingCapacity:)` below would then allocate a fresh one of the full capacity
+        // (the largest batch seen: kilobytes, a large-chunk malloc that also consolidates the allocator's fast bins)
+        // for every batch.
+        var batchSlots = [(slot: Slot, id: RawJSON?)]()
+        batchSlots.reserveCapacity(draftSlots.count)
+        batchSlots.append(contentsOf: draftSlots)
+        let waiting = LoopOwned(batchSlots)
         let me = LoopBound(self)
         let context = LoopBound(self.context)
         let loop = self.context.loop
