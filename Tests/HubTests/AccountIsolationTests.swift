@@ -49,6 +49,17 @@ let canonicallyEquivalentPairs: [(String, String)] = [
         #expect(ExactString(long) == ExactString(String(long.dropFirst(0))))
         #expect(ExactString(long) == ExactString(String(decoding: Array(long.utf8), as: UTF8.self)))
         #expect(ExactString(long) != ExactString(String(long.dropLast()) + "y"))
+        // A short id inline and the same bytes in a heap buffer (a string that reserved capacity keeps its buffer):
+        // different words, equal bytes, so equal, with one hash.
+        for id in ["", "u", "acct_42", "caf\u{E9}", "exactly15bytes!"] {
+            var heap = ""
+            heap.reserveCapacity(64)
+            heap.append(id)
+            #expect(unsafeBitCast(heap, to: (UInt64, UInt64).self) != unsafeBitCast(id, to: (UInt64, UInt64).self))
+            #expect(ExactString(heap) == ExactString(id) && ExactString(id) == ExactString(heap))
+            #expect(ExactString(heap).hashValue == ExactString(id).hashValue)
+            #expect(ExactString(heap + "x") != ExactString(id) && ExactString(id + "x") != ExactString(heap))
+        }
     }
 
     @Test func registryKeepsEquivalentAccountsApart() {

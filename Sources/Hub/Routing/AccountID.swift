@@ -17,6 +17,13 @@ public struct ExactString: Hashable, Comparable, Sendable, CustomStringConvertib
     public var description: String { string }
 
     public static func == (a: ExactString, b: ExactString) -> Bool {
+        // The same representation is the same bytes: a short id (up to 15 bytes) is stored inline in the string's
+        // two words, so two equal short ids are equal words, and two copies of one long id share its buffer. This
+        // is the first step of `String`'s own `==` too; anything else is compared byte by byte below (one
+        // string's bytes may be inline and the other's in a buffer: equal, with different words).
+        if unsafeBitCast(a.string, to: (UInt64, UInt64).self) == unsafeBitCast(b.string, to: (UInt64, UInt64).self) {
+            return true
+        }
         let x = a.string.utf8, y = b.string.utf8
         guard x.count == y.count else { return false }
         // Both contiguous (native and small strings are): one `memcmp`. `elementsEqual` walked the views a byte at a
