@@ -4,7 +4,8 @@
 # stopped on exit) and exports one random JWT secret to the hub, hubbench and the peers.
 #
 # A SERVER is `hub` (this checkout's release build), `uws` (Peers/uws, one thread; Peers/install builds it), or
-# the path of another hub binary; NAME@T runs a hub with --threads T.
+# the path of another hub binary; NAME@T runs a hub with --threads T; NAME,FLAG[,FLAG...] passes a hub those flags
+# (`hub,--history-size=0`: the same build without retained history, in the same rounds).
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -20,7 +21,7 @@ need() {
 }
 
 [ -x "$bench" ] || { say "building hubbench (release)"; swift build -c release --package-path "$here" --product hubbench 2>&1 | tail -1 >&2; }
-if [[ " ${servers[*]} " == *" hub "* || " ${servers[*]} " == *" hub@"* ]] && [ ! -x "$root/.build/release/hub" ]; then
+if [[ " ${servers[*]} " =~ \ hub[@,\ ] ]] && [ ! -x "$root/.build/release/hub" ]; then
     say "building the hub (release)"; swift build -c release --package-path "$root" --product hub 2>&1 | tail -1 >&2
 fi
 
@@ -35,19 +36,22 @@ port_open() { (exec 3<> "/dev/tcp/127.0.0.1/$1") 2> /dev/null; }
 # server_command SERVER DIR: sets `port` (a free one), `cmd` (the server's command line, state in DIR) and
 # `args` (hubbench's arguments for that server).
 server_command() {
-    local spec=$1 d=$2 bin threads=()
+    local spec=$1 d=$2 base bin threads=() flags=()
     port=$((29000 + RANDOM % 2000))
     while port_open $port; do port=$((port + 1)); done
-    bin=${spec%@*}
-    [ "$spec" != "$bin" ] && threads=(--threads "${spec#*@}")
+    base=${spec%%,*}
+    [ "$base" != "$spec" ] && IFS=, read -r -a flags <<< "${spec#*,}"
+    bin=${base%@*}
+    [ "$base" != "$bin" ] && threads=(--threads "${base#*@}")
     case "$bin" in
     uws)
+        [ ${#threads[@]} -eq 0 ] && [ ${#flags[@]} -eq 0 ] || { say "$spec: the uws peer takes no @T or flags"; exit 1; }
         cmd=("$root/.build/uws-peer" --port "$port")
         [ -x "${cmd[0]}" ] || { say "${cmd[0]} is not built: run Benchmarks/Peers/install"; exit 1; }
         args=(--server uws --kind jwt --port "$port" --publish "http://127.0.0.1:$port/publish") ;;
     *)
         [ "$bin" = hub ] && bin=$root/.build/release/hub
-        cmd=("$bin" "${threads[@]}" --listen "127.0.0.1:$port" --socket "$d/hub.sock" --state-dir "$d/state")
+        cmd=("$bin" "${threads[@]}" "${flags[@]}" --listen "127.0.0.1:$port" --socket "$d/hub.sock" --state-dir "$d/state")
         args=(--server hub --kind hub --port "$port" --publish "unix:$d/hub.sock") ;;
     esac
 }
