@@ -192,6 +192,28 @@ struct JSONScannerTests {
         }
     }
 
+    @Test func unescapedStringsDecodeToTheirBytes() throws {
+        // The no-escape path copies the bytes between the quotes into the string: every length around the inline
+        // limit (15 bytes), ASCII and multi-byte, a string that is the whole document and one inside an object.
+        var rng = SplitMix64(seed: 7)
+        let alphabet = ["a", "Z", "0", " ", "é", "€", "😀", "\u{7F}", "~"]
+        for length in 0..<40 {
+            var s = ""
+            while s.utf8.count < length { s += alphabet[Int(rng.next() % UInt64(alphabet.count))] }
+            for doc in ["\"\(s)\"", "{\"k\":\"\(s)\"}"] {
+                let bytes = Array(doc.utf8)
+                let decoded: String? = bytes.withUnsafeBytes { buf in
+                    guard let v = try? JSONScanner.validate(buf) else { return nil }
+                    if v.kind == .string { return JSONScanner.decodeString(v, in: buf) }
+                    var inner: String?
+                    try? JSONScanner.forEachMember(in: buf) { _, value in inner = JSONScanner.decodeString(value, in: buf) }
+                    return inner
+                }
+                #expect(decoded.map { Array($0.utf8) } == Array(s.utf8), "\(doc)")
+            }
+        }
+    }
+
     @Test func integers() {
         let cases: [(String, Int64?)] = [
             ("0", 0), ("-0", 0), ("42", 42), ("-42", -42),

@@ -184,7 +184,12 @@ public struct JSONScanner {
     /// Decodes a validated string value. Allocates only for the resulting `String` (none for short strings).
     public static func decodeString(_ value: JSONValue, in bytes: UnsafeRawBufferPointer) -> String {
         let content = UnsafeRawBufferPointer(rebasing: bytes[value.stringContent])
-        if !value.hasEscapes { return String(decoding: content, as: UTF8.self) }
+        if !value.hasEscapes {
+            return String(unsafeUninitializedCapacity: content.count) { buffer in
+                _ = buffer.initialize(from: content)
+                return content.count
+            }
+        }
         var out: [UInt8] = []
         out.reserveCapacity(content.count)
         decodeEscapes(content, into: &out)
