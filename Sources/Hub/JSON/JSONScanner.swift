@@ -186,7 +186,7 @@ public struct JSONScanner {
         let content = UnsafeRawBufferPointer(rebasing: bytes[value.stringContent])
         if !value.hasEscapes {
             return String(unsafeUninitializedCapacity: content.count) { buffer in
-                _ = buffer.initialize(from: content)
+                UnsafeMutableRawBufferPointer(buffer).copyMemory(from: content)
                 return content.count
             }
         }

@@ -21,7 +21,8 @@ public struct ExactString: Hashable, Comparable, Sendable, CustomStringConvertib
         // two words, so two equal short ids are equal words, and two copies of one long id share its buffer. This
         // is the first step of `String`'s own `==` too; anything else is compared byte by byte below (one
         // string's bytes may be inline and the other's in a buffer: equal, with different words).
-        if unsafeBitCast(a.string, to: (UInt64, UInt64).self) == unsafeBitCast(b.string, to: (UInt64, UInt64).self) {
+        if MemoryLayout<String>.size == 16,
+           unsafeBitCast(a.string, to: (UInt64, UInt64).self) == unsafeBitCast(b.string, to: (UInt64, UInt64).self) {
             return true
         }
         let x = a.string.utf8, y = b.string.utf8
