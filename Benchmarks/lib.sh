@@ -63,6 +63,26 @@ wait_listening() {
     exit 1
 }
 
+# per_round_ratios FILE: FILE has a line per run, "SERVER CPU ...", every server once per round in the same order.
+# With two servers or more, prints each one's CPU over the last one's, round by round, and the median of those
+# ratios: each round measures every server back to back, so a ratio inside one round cancels the machine's drift
+# between rounds, which a ratio of two medians does not.
+per_round_ratios() {
+    python3 - "$1" <<'PY'
+import sys, statistics, collections
+rows = collections.OrderedDict()
+for line in open(sys.argv[1]):
+    f = line.split()
+    rows.setdefault(f[0], []).append(float(f[1]))
+names = list(rows)
+for s in names[:-1]:
+    r = [a / b for a, b in zip(rows[s], rows[names[-1]]) if b > 0]
+    if r:
+        print('%-34s CPU / %s per round: %s; median %.3f'
+              % (s[-34:], names[-1][-34:], ' '.join('%.3f' % x for x in r), statistics.median(r)))
+PY
+}
+
 # stop_server SECONDS: SIGTERM, then waits up to SECONDS for the server to exit; fails (after a SIGKILL) if it
 # did not.
 stop_server() {
