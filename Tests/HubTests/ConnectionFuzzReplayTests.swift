@@ -148,6 +148,40 @@ struct ConnectionFuzzReplayTests {
         #expect(try Self.client(harness, try Self.seed("client", "raw_no_host")).status == 400)
     }
 
+    /// A read's publishes share one reply slot (`SocketConnection`): the batch is closed, and goes to the broker,
+    /// before any other reply (an error, an admin view) is queued behind it, so every reply still answers its
+    /// request in order, with its own `id` (none for a publish without one), in one read or one octet at a time.
+    @Test func publishBatchesKeepReplyOrderAroundOtherReplies() throws {
+        let harness = try ConnectionHarness()
+        let requests = [
+            #"{"op":"publish","channel":"wallet_updates","account":"a1","type":"t","data":1,"id":1}"#,
+            #"{"op":"publish","channel":"no_such_channel","account":"a1","type":"t","id":2}"#,
+            #"{"op":"publish","channel":"wallet_updates","account":"a1","type":"t"}"#,
+            #"{"op":"channels","id":3}"#,
+            #"{"op":"publish","channel":"wallet_updates","broadcast":true,"type":"t","id":"x"}"#,
+            #"not json"#,
+            #"{"op":"publish","channel":"wallet_updates","account":"a1","type":"t","id":4}"#,
+        ]
+        let stream = Array(requests.map { $0 + "\n" }.joined().utf8)
+        for readSize in [0, 1, 7] {
+            let replies = try Self.socket(harness, ConnectionHarness.encode(flags: 0, stream: stream, readSize: readSize))
+            try #require(replies.count == requests.count, "\(replies)")
+            // The account's stream numbers its three publishes consecutively (the harness hub lives across runs).
+            func seq(_ reply: String) -> Int? {
+                guard reply.hasPrefix(#"{"ok":true,"seq":"#) else { return nil }
+                return Int(reply.dropFirst(#"{"ok":true,"seq":"#.count).prefix { $0.isNumber })
+            }
+            let first = try #require(seq(replies[0]), "\(replies[0])")
+            #expect(replies[0].hasSuffix(#","id":1}"#), "\(replies[0])")
+            #expect(replies[1].contains("UNKNOWN_CHANNEL") && replies[1].hasSuffix(#","id":2}"#), "\(replies[1])")
+            #expect(seq(replies[2]) == first + 1 && !replies[2].contains(#""id""#), "\(replies[2])")
+            #expect(replies[3].contains(#""channels""#) && replies[3].hasSuffix(#","id":3}"#), "\(replies[3])")
+            #expect(seq(replies[4]) != nil && replies[4].hasSuffix(#","id":"x"}"#), "\(replies[4])")
+            #expect(replies[5].contains("INVALID_JSON") && !replies[5].contains(#""id""#), "\(replies[5])")
+            #expect(seq(replies[6]) == first + 2 && replies[6].hasSuffix(#","id":4}"#), "\(replies[6])")
+        }
+    }
+
     @Test func documentedSocketBehaviour() throws {
         let harness = try ConnectionHarness()
         let published = try Self.socket(harness, try Self.seed("socket", "publish_broadcast_with_client"))

@@ -6,7 +6,9 @@ import WSProtocol
 /// Newline-delimited requests, one reply line each, in request order, pipelining allowed. Lines are found in
 /// place in the read buffer by `LineFramer` (an incomplete last line is left to the engine, which hands it back
 /// in front of the next read). The publishes of one read go to the broker as one batch. Replies wait in a FIFO
-/// of slots so a fast reply never overtakes a slower one before it.
+/// of slots so a fast reply never overtakes a slower one before it. A batch's publishes share one slot (their
+/// replies are one buffer, written by the batch's completion): a batch is closed, and goes to the broker, before
+/// any other reply is queued behind it.
 ///
 /// Memory is bounded per connection, whatever the peer sends and however little it reads: before each line the
 /// connection checks what it already owes the peer (`owedBytes`: replies queued on the socket, replies waiting
@@ -20,10 +22,9 @@ import WSProtocol
 ///
 /// All socket connections live on loop 0 (see `HubServer`), which also owns the publish ledger and the tails.
 final class SocketConnection: ConnectionHandler {
-    /// One reply, possibly not known yet.
+    /// One reply, or a batch's publish replies, possibly not known yet.
     final class Slot {
-        /// The reply line; released once it is entirely in the outbound queue. A batch's publish replies are
-        /// slices of one array (one allocation per batch, not per reply).
+        /// The reply line (a batch's reply lines); released once it is entirely in the outbound queue.
         @exclusivity(unchecked) var bytes: ArraySlice<UInt8>?
         /// Bytes of `bytes` already in the outbound queue.
         @exclusivity(unchecked) var sent = 0
@@ -52,8 +53,11 @@ final class SocketConnection: ConnectionHandler {
     @exclusivity(unchecked) private var heldBytes = 0
     /// Admin requests being gathered from the loops.
     @exclusivity(unchecked) private var gathering = 0
+    /// The publishes of the batch being read, and their one slot (nil: no batch open). `draftIDs` holds each
+    /// draft's echoed `id` once one of them has an id (until then it stays empty: no ids, no array per batch).
     @exclusivity(unchecked) private var drafts: [EventDraft] = []
-    @exclusivity(unchecked) private var draftSlots: [(slot: Slot, id: RawJSON?)] = []
+    @exclusivity(unchecked) private var draftIDs: [RawJSON?] = []
+    @exclusivity(unchecked) private var batchSlot: Slot?
     @exclusivity(unchecked) private(set) var tail: (channel: Int, account: AccountID?)?
     /// The tail starts receiving events only once every reply before it, and its own `tailing` reply, is written:
     /// events must not overtake earlier replies, and publishes sent before the tail request are not tailed.
@@ -212,24 +216,39 @@ final class SocketConnection: ConnectionHandler {
         case .broadcast: account = nil
         }
         // Until its reply comes back, a publish counts its line: the event is in fan-out meanwhile.
-        let slot = Slot(estimate: line.count)
-        append(slot)
+        let weight = max(line.count, Self.minimumWeight)
+        if let slot = batchSlot {
+            slot.weight += weight
+            heldBytes += weight
+        } else {
+            let slot = Slot(estimate: weight)
+            slots.append(slot)
+            heldBytes += slot.weight
+            batchSlot = slot
+        }
+        if id != nil || !draftIDs.isEmpty {
+            // The first id of the batch: the drafts before it had none.
+            if draftIDs.isEmpty { draftIDs.append(contentsOf: repeatElement(nil, count: drafts.count)) }
+            draftIDs.append(id)
+        }
         drafts.append(EventDraft(channel: channel, account: account, type: request.type, data: request.dataBytes(in: line),
                                  idempotencyKey: request.idempotencyKey.map { ExactString($0) }))
-        draftSlots.append((slot, id))
     }
 
-    /// Hands this read's publishes to the broker as one batch (the line bytes are still valid here).
+    /// Hands the open batch of publishes to the broker (the line bytes are still valid here): at the end of each
+    /// read, and before any other reply is queued behind the batch's slot.
     private func submitDrafts() {
-        guard !drafts.isEmpty else { return }
-        // The batch's slots in an array of their own, sized to the batch. Handing over `draftSlots` itself would share
-        // its buffer, and `removeAll(keepingCapacity:)` below would then allocate a fresh one of the full capacity
-        // (the largest batch seen: kilobytes, a large-chunk malloc that also consolidates the allocator's fast bins)
-        // for every batch.
-        var batchSlots = [(slot: Slot, id: RawJSON?)]()
-        batchSlots.reserveCapacity(draftSlots.count)
-        batchSlots.append(contentsOf: draftSlots)
-        let waiting = LoopOwned(batchSlots)
+        guard let slot = batchSlot else { return }
+        batchSlot = nil
+        // The ids in an array of their own, sized to the batch. Handing over `draftIDs` itself would share its
+        // buffer, and `removeAll(keepingCapacity:)` below would then allocate a fresh one of the full capacity (the
+        // largest batch seen: a large-chunk malloc that also consolidates the allocator's fast bins) for every batch.
+        var ids = [RawJSON?]()
+        if !draftIDs.isEmpty {
+            ids.reserveCapacity(draftIDs.count)
+            ids.append(contentsOf: draftIDs)
+        }
+        let waiting = LoopOwned((slot: slot, ids: ids))
         let me = LoopBound(self)
         let context = LoopBound(self.context)
         let loop = self.context.loop
@@ -244,37 +263,29 @@ final class SocketConnection: ConnectionHandler {
             }
         }
         drafts.removeAll(keepingCapacity: true)
-        draftSlots.removeAll(keepingCapacity: true)
+        draftIDs.removeAll(keepingCapacity: true)
     }
 
     /// A batch's outcome, on the connection's loop: the ledger records it, and every reply fills its slot.
-    private static func complete(_ outcome: PublishOutcome, waiting entries: [(slot: Slot, id: RawJSON?)],
+    /// `waiting.ids`: each draft's `id`, or empty when none had one.
+    private static func complete(_ outcome: PublishOutcome, waiting: (slot: Slot, ids: [RawJSON?]),
                                  me: LoopBound<SocketConnection>, context: LoopBound<LoopContext>) {
         // The ledger counts the batch even when its publisher has gone away meanwhile.
         context.value?.ledger?.record(outcome.events, delivered: outcome.delivered)
         guard let me = me.value else { return }
-        // Every reply of the batch is written into one buffer; each slot gets its line as a slice of it. The ends of
-        // the lines are kept on the stack (no array per batch).
-        var w = JSONWriter(capacity: 48 * entries.count)
-        withUnsafeTemporaryAllocation(of: Int.self, capacity: entries.count) { ends in
-            var n = 0
-            for (entry, reply) in zip(entries, outcome.replies) {
-                if let failure = reply.failure {
-                    SocketReplies.error(code: SocketErrorCode(rawValue: failure.code) ?? .brokerUnavailable, message: failure.message,
-                                        id: entry.id, into: &w)
-                } else {
-                    SocketReplies.published(seq: reply.seq, delivered: reply.delivered, duplicate: reply.duplicate, id: entry.id, into: &w)
-                }
-                ends[n] = w.count
-                n += 1
-            }
-            let lines = w.takeBytes()
-            var start = 0
-            for i in 0..<n {
-                me.fill(entries[i].slot, lines[start..<ends[i]])
-                start = ends[i]
+        // Every reply of the batch, in draft order, into one buffer: the batch's slot.
+        let ids = waiting.ids
+        var w = JSONWriter(capacity: 48 * outcome.replies.count)
+        for (i, reply) in outcome.replies.enumerated() {
+            let id = i < ids.count ? ids[i] : nil
+            if let failure = reply.failure {
+                SocketReplies.error(code: SocketErrorCode(rawValue: failure.code) ?? .brokerUnavailable, message: failure.message,
+                                    id: id, into: &w)
+            } else {
+                SocketReplies.published(seq: reply.seq, delivered: reply.delivered, duplicate: reply.duplicate, id: id, into: &w)
             }
         }
+        me.fill(waiting.slot, w.takeBytes()[...])
         me.flushReplies()
     }
 
@@ -307,7 +318,9 @@ final class SocketConnection: ConnectionHandler {
 
     // MARK: Replies
 
+    /// Queues a reply behind everything before it: the open batch of publishes goes to the broker first.
     private func append(_ slot: Slot) {
+        submitDrafts()
         slots.append(slot)
         heldBytes += slot.weight
     }
