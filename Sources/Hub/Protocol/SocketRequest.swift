@@ -136,6 +136,14 @@ extension SocketRequest {
     /// (`PublishRequest.validate`). Unknown extra fields are ignored. Optional fields given as `null` count as
     /// absent. Duplicate keys: the last one wins.
     public static func parse(line: UnsafeRawBufferPointer) throws(SocketRequestError) -> ParsedSocketRequest {
+        var id: RawJSON?
+        let request = try parse(line: line, id: &id)
+        return ParsedSocketRequest(request: request, id: id)
+    }
+
+    /// `parse(line:)` with the echoed `id` (set once it has been read, also when an error follows) apart from the
+    /// request, so a caller can consume the request, publish payload and all, without copying it.
+    static func parse(line: UnsafeRawBufferPointer, id: inout RawJSON?) throws(SocketRequestError) -> SocketRequest {
         var f = Fields()
         do {
             try JSONScanner.forEachMember(in: line) { key, value in f.record(key, value, line) }
@@ -145,7 +153,6 @@ extension SocketRequest {
                                      : error.description)
         }
 
-        var id: RawJSON?
         if let idValue = f.id {
             guard idValue.kind == .string || idValue.kind == .number else {
                 throw SocketRequestError(.invalidRequest, "\"id\" must be a string or a number")
@@ -191,7 +198,7 @@ extension SocketRequest {
             throw SocketRequestError(.unknownOp,
                                      "unknown op \(quotedForMessage(JSONScanner.decodeString(op, in: line)))", id: id)
         }
-        return ParsedSocketRequest(request: request, id: id)
+        return request
     }
 
     public static func parse(line: [UInt8]) throws(SocketRequestError) -> ParsedSocketRequest {

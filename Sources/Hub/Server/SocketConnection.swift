@@ -143,14 +143,15 @@ final class SocketConnection: ConnectionHandler {
     private func handleLine(_ line: UnsafeRawBufferPointer) {
         // Blank lines (e.g. a trailing "\n\n") are not requests.
         if line.allSatisfy({ $0 == 0x20 || $0 == 0x09 }) { return }
-        let parsed: ParsedSocketRequest
+        var id: RawJSON?
+        let request: SocketRequest
         do {
-            parsed = try SocketRequest.parse(line: line)
+            request = try SocketRequest.parse(line: line, id: &id)
         } catch {
             return append(Slot(replyLine { SocketReplies.error(error, into: &$0) }))
         }
-        let id = parsed.id
-        switch parsed.request {
+        // Consumed: the publish's strings move into its draft rather than being copied (and released twice).
+        switch consume request {
         case .publish(let request):
             publish(request, line: line, id: id)
         case .stats:
@@ -200,7 +201,7 @@ final class SocketConnection: ConnectionHandler {
         }
     }
 
-    private func publish(_ request: PublishRequest, line: UnsafeRawBufferPointer, id: RawJSON?) {
+    private func publish(_ request: consuming PublishRequest, line: UnsafeRawBufferPointer, id: RawJSON?) {
         if hub.isShuttingDown {
             return replyError(.shuttingDown, "the hub is shutting down and accepts no more publishes", id: id)
         }
