@@ -334,9 +334,10 @@ public final class LocalBroker: Broker {
             var loops: UInt64 = 0
             // Per event, its stream's loops: made once two events' loops differ (until then they are all `loops`).
             var eventLoops: [UInt64] = []
-            for (i, draft) in drafts.enumerated() {
-                let key = draft.stream
-                if let idempotencyKey = draft.idempotencyKey, let seen = s.idempotency.lookup(key, idempotencyKey, now: now) {
+            // Each draft is read in place (`drafts[i]`, not a copy per draft with its strings retained and released).
+            for i in drafts.indices {
+                let key = drafts[i].stream
+                if let idempotencyKey = drafts[i].idempotencyKey, let seen = s.idempotency.lookup(key, idempotencyKey, now: now) {
                     if eventOfDraft.isEmpty { eventOfDraft = Array(0..<i) }
                     eventOfDraft.append(-1)
                     s.duplicates += 1
@@ -357,10 +358,10 @@ public final class LocalBroker: Broker {
                     eventLoops.append(followers)
                 }
                 loops |= followers
-                let event = Self.frame(draft, channelName: channelNames[draft.channel], seq: seq, now: now, wall: wall,
+                let event = Self.frame(drafts[i], channelName: channelNames[drafts[i].channel], seq: seq, now: now, wall: wall,
                                        writer: &s.writer)
                 s.history.retain(event, in: stream, now: now)
-                if let idempotencyKey = draft.idempotencyKey,
+                if let idempotencyKey = drafts[i].idempotencyKey,
                    let entry = s.idempotency.insert(key, idempotencyKey, seq: seq, now: now, wallTime: wall) {
                     owned.append((events.count, entry))
                 }
