@@ -60,6 +60,18 @@ let canonicallyEquivalentPairs: [(String, String)] = [
             #expect(ExactString(heap).hashValue == ExactString(id).hashValue)
             #expect(ExactString(heap + "x") != ExactString(id) && ExactString(id + "x") != ExactString(heap))
         }
+        // The hash depends on every byte and on the length: distinct ids, including ones that differ only by
+        // trailing NULs or in their last byte, hash apart (64-bit hashes: a collision among these would be a
+        // broken hash, not bad luck).
+        var ids: Set<[UInt8]> = [[], [0], [0, 0], Array("a".utf8), Array("a\u{0}".utf8), Array("a\u{0}\u{0}".utf8)]
+        for n in 1...17 {
+            ids.insert([UInt8](repeating: 0x61, count: n))
+            ids.insert([UInt8](repeating: 0x61, count: n - 1) + [0x62])
+            ids.insert([UInt8](repeating: 0x61, count: n - 1) + [UInt8(n)])
+        }
+        while ids.count < 2_000 { ids.insert((0..<Int.random(in: 0...20, using: &rng)).map { _ in UInt8.random(in: 0...127, using: &rng) }) }
+        let hashes = Set(ids.map { ExactString(String(decoding: $0, as: UTF8.self)).hashValue })
+        #expect(hashes.count == ids.count)
     }
 
     @Test func registryKeepsEquivalentAccountsApart() {
