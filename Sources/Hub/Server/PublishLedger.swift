@@ -30,17 +30,13 @@ final class PublishLedger {
     /// runaway or foreign publisher on the control channels could make a node keep).
     static let maxRemoteTails = 256
 
-    /// The event itself rather than copies of its fields: storing it over the oldest is one retain and one
-    /// release, not two strings' worth. It keeps the event's frame alive until overwritten: at most `recentLimit`
-    /// frames per channel (the history, when on, holds them anyway).
     struct RecentEvent {
-        let event: PublishedEvent
+        var type: String
+        var account: AccountID?
+        var seq: UInt64
+        var size: Int
         var delivered: Int
-        var type: String { event.type }
-        var account: AccountID? { event.account }
-        var seq: UInt64 { event.seq }
-        var size: Int { event.frame.count }
-        var at: Double { event.wallTime }
+        var at: Double
     }
 
     struct ChannelRecord {
@@ -78,9 +74,10 @@ final class PublishLedger {
             let n = delivered[i]
             totalPublished += 1
             totalDelivered += n
-            let recent = RecentEvent(event: event, delivered: n)
+            let recent = RecentEvent(type: event.type, account: event.account, seq: event.seq, size: event.frame.count,
+                                     delivered: n, at: event.wallTime)
             // In place: a copy of the record would share its `recent` ring, and writing to it would copy the ring
-            // (20 events) on every event.
+            // (20 events, two strings each) on every event.
             Self.update(&channels[event.channel], with: recent)
         }
         guard !tails.isEmpty || !remoteTails.isEmpty else { return }
