@@ -150,7 +150,8 @@ final class SocketConnection: ConnectionHandler {
         } catch {
             return append(Slot(replyLine { SocketReplies.error(error, into: &$0) }))
         }
-        // Consumed: the publish's strings move into its draft rather than being copied (and released twice).
+        // Consumed: the publish payload moves out of the request instead of being copied out of it (its strings
+        // retained, and the request and the copy each released).
         switch consume request {
         case .publish(let request):
             publish(request, line: line, id: id)
