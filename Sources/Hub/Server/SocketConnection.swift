@@ -195,7 +195,8 @@ final class SocketConnection: ConnectionHandler {
             }
         case .tail(let channel, let account):
             guard let index = hub.channelIndex[channel] else { return replyUnknownChannel(channel, id: id) }
-            submitDrafts()  // publishes before the tail request are not tailed (see `tailAwaitingStart`)
+            // `append` hands the open batch to the broker first: publishes before the tail request are not tailed
+            // (see `tailAwaitingStart`).
             append(Slot(replyLine { SocketReplies.tailing(channel: channel, id: id, into: &$0) }))
             tail = (index, account)
             tailAwaitingStart = true
@@ -224,8 +225,7 @@ final class SocketConnection: ConnectionHandler {
             heldBytes += weight
         } else {
             let slot = Slot(estimate: weight)
-            slots.append(slot)
-            heldBytes += slot.weight
+            enqueue(slot)
             batchSlot = slot
         }
         if id != nil || !draftIDs.isEmpty {
@@ -323,6 +323,11 @@ final class SocketConnection: ConnectionHandler {
     /// Queues a reply behind everything before it: the open batch of publishes goes to the broker first.
     private func append(_ slot: Slot) {
         submitDrafts()
+        enqueue(slot)
+    }
+
+    /// Puts a slot at the end of the FIFO, counting its weight (the open batch's slot is queued here directly).
+    private func enqueue(_ slot: Slot) {
         slots.append(slot)
         heldBytes += slot.weight
     }
