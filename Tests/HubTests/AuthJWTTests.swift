@@ -186,6 +186,10 @@ func algorithmConfusionIsRejected(kind: String) throws {
     (#"{"alg":"HS256","typ":"jwt"}"#, nil),
     (#"{"alg":"HS256"}"#, nil),
     (#"{"alg":"HS256","typ":"JWS"}"#, AuthFailure.Reason.malformed),
+    (#"{"alg":"HS256","typ":"\u004aWt"}"#, nil),
+    (#"{"alg":"HS256","typ":"JW"}"#, AuthFailure.Reason.malformed),
+    (#"{"alg":"HS256","typ":"JWTS"}"#, AuthFailure.Reason.malformed),
+    (#"{"alg":"HS256","typ":"JWT","typ":"x"}"#, AuthFailure.Reason.malformed),
     (#"{"alg":"HS256","typ":1}"#, AuthFailure.Reason.malformed),
     (#"{"typ":"JWT"}"#, AuthFailure.Reason.malformed),
     (#"{"alg":256}"#, AuthFailure.Reason.malformed),
@@ -279,6 +283,24 @@ func headerValidation(header: String, expected: AuthFailure.Reason?) throws {
     #expect(F.reason(verifier.verify(huge, now: now)) == .tokenTooLarge)
 }
 
+/// The verifier decodes a token's parts into one scratch buffer of the token's size (the header and the signature
+/// side by side, then the payload over them): tokens near the size limit whose bulk is in the header, or in the
+/// payload, verify, with every claim read from the right bytes.
+@Test func tokensNearTheLimitVerifyWhereverTheirBulkIs() throws {
+    let verifier = try F.hsVerifier()
+    let bulk = String(repeating: "x", count: JWTVerifier.maximumTokenBytes * 3 / 4 - 200)
+    let bigHeader = F.hs256Token(header: #"{"alg":"HS256","kid":"\#(bulk)","typ":"JWT"}"#,
+                                 payload: #"{"sub":"header-bulk","exp":\#(now + 900)}"#)
+    let bigPayload = F.hs256Token(payload: #"{"pad":"\#(bulk)","sub":"payload-bulk","exp":\#(now + 900),"jti":"j1"}"#)
+    #expect(bigHeader.utf8.count > JWTVerifier.maximumTokenBytes - 400 && bigHeader.utf8.count <= JWTVerifier.maximumTokenBytes)
+    #expect(bigPayload.utf8.count > JWTVerifier.maximumTokenBytes - 400 && bigPayload.utf8.count <= JWTVerifier.maximumTokenBytes)
+    #expect(try verifier.verify(bigHeader, now: now).get().subject == "header-bulk")
+    let verified = try verifier.verify(bigPayload, now: now).get()
+    #expect(verified.subject == "payload-bulk")
+    #expect(verified.tokenID == "j1")
+    #expect(verified.expiresAt == now + 900)
+}
+
 @Test func deeplyNestedHeaderDoesNotCrash() throws {
     let header = String(repeating: "[", count: 5000)
     let token = F.b64(header) + "." + F.b64(goodPayload) + ".AAAA"
@@ -363,7 +385,7 @@ func claimValidation(payload: String, expected: AuthFailure.Reason) throws {
     #expect(F.reason(try F.hsVerifier().verify(token, now: now)) == expected)
 }
 
-/// The claims reader (`JSONText.Object`) reads members in place: the last of duplicate names wins, names match after
+/// The claims reader (`JSONText.Fields`) reads members in place: the last of duplicate names wins, names match after
 /// unescaping, and a member that is present with the wrong kind (even `null`) is refused, not taken as absent.
 @Test(arguments: [
     (#"{"sub":"a","sub":"b","exp":9999999999}"#, "b" as String?, nil as AuthFailure.Reason?),
@@ -378,6 +400,13 @@ func claimValidation(payload: String, expected: AuthFailure.Reason) throws {
     (#"{"sub":"a","exp":-0}"#, nil, .expired),
     (#"{"sub":"a","exp":9999999999.99e0}"#, "a", nil),
     (#"{"sub":"a","exp":9999999999,}"#, nil, .malformed),
+    // Only whole names match: longer names sharing a wanted one's start, shorter ones, escaped longer ones.
+    (#"{"subject":"x","sub":"a","su":"y","exp":9999999999,"expires":1,"ex":1}"#, "a", nil),
+    (#"{"s\u0075bject":"x","sub":"a","exp":9999999999}"#, "a", nil),
+    (#"{"subject":"x","exp":9999999999}"#, nil, .missingSubject),
+    (#"{"sub":"a","expiration":9999999999}"#, nil, .missingExpiry),
+    // More members than the reader keeps names for, the wanted ones last.
+    (#"{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"i":9,"j":10,"sub":"many","exp":9999999999}"#, "many", nil),
 ])
 func claimsReaderSemantics(payload: String, subject: String?, expected: AuthFailure.Reason?) throws {
     let token = F.hs256Token(payload: payload)

@@ -38,6 +38,20 @@ private func tokenExtraction(header: String?, query: String?, expected: Expect) 
     case .failure(let failure): actual = .failure(failure.reason)
     }
     #expect(actual == expected)
+    // The upgrade's way: the header's bytes as they lie in the request head, the token handed over as bytes.
+    let fromBytes: Expect
+    switch withBearerTokenString(header: header, query: query) {
+    case .success(let token): fromBytes = .token(token)
+    case .failure(let failure): fromBytes = .failure(failure.reason)
+    }
+    #expect(fromBytes == expected)
+}
+
+/// `TokenExtraction.withBearerToken` on a header's bytes, the token it hands over made a `String` to compare.
+private func withBearerTokenString(header: String?, query: String?) -> Result<String, AuthFailure> {
+    TokenExtraction.withBearerToken(authorizationHeader: header.map { Array($0.utf8)[...] }, accessTokenQuery: query) {
+        .success(String(decoding: $0, as: UTF8.self))
+    }
 }
 
 @Test func nonBearerSchemeHasSpecificMessage() throws {
@@ -50,7 +64,7 @@ private func tokenExtraction(header: String?, query: String?, expected: Expect) 
 }
 
 /// The byte rules (every ASCII value without a CR) give exactly what the `Character` rules give, and hand every
-/// other value to them: the parametrised cases above, and 20 000 random header/query pairs drawn from the
+/// other value to them (and so does the upgrade's `withBearerToken` on the header's bytes): the parametrised cases above, and 20 000 random header/query pairs drawn from the
 /// characters that matter (spaces, tabs, LF, CR, "Bearer" in any case, token bytes, non-ASCII).
 @Test func byteRulesAgreeWithCharacterRules() {
     func same(_ a: Result<String, AuthFailure>, _ b: Result<String, AuthFailure>) -> Bool {
@@ -79,6 +93,8 @@ private func tokenExtraction(header: String?, query: String?, expected: Expect) 
             #expect(!(plain(header) && plain(query)), "plain ASCII left to the Character rules: \(String(reflecting: header))")
         }
         #expect(same(TokenExtraction.bearerToken(authorizationHeader: header, accessTokenQuery: query), reference))
+        #expect(same(withBearerTokenString(header: header, query: query), reference),
+                "bytes: header \(String(reflecting: header)) query \(String(reflecting: query))")
     }
     #expect(usedBytes > 5_000)
 }

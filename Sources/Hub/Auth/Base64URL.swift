@@ -58,58 +58,69 @@ public enum Base64URL {
         return Array(bytes).withUnsafeBufferPointer { decode(buffer: $0) }
     }
 
-    /// Non-generic core, so the hot path never goes through unspecialised generic iteration. Four characters at a
-    /// time into the result's own storage: a token's three parts cost ~2 600 instructions per handshake a byte at a
-    /// time through `append` (issue 12); an invalid character is noticed once, after the loop (the 0xFF of the
-    /// reverse table sets bits no alphabet value has).
+    /// Non-generic core, so the hot path never goes through unspecialised generic iteration.
     static func decode(buffer bytes: UnsafeBufferPointer<UInt8>) -> [UInt8]? {
-        let count = bytes.count
-        let full = count / 4, rest = count % 4
-        if rest == 1 { return nil }
-        let outCount = full * 3 + (rest == 0 ? 0 : rest - 1)
-        guard outCount > 0, let src = bytes.baseAddress else { return [] }
-        var valid = false
+        guard let outCount = decodedCount(bytes.count) else { return nil }
+        guard outCount > 0 else { return [] }
         var out: [UInt8] = []
         out.appendZeros(outCount)  // not `init(unsafeUninitializedCapacity:)`: see ArrayAllocation.swift
-        out.withUnsafeMutableBufferPointer { buffer in
-            guard let dst = buffer.baseAddress else { return }
-            valid = reverse.withUnsafeBufferPointer { table -> Bool in
-                var seen: UInt32 = 0
-                var i = 0, o = 0
-                for _ in 0..<full {
-                    let a = UInt32(table[Int(src[i])]), b = UInt32(table[Int(src[i &+ 1])])
-                    let c = UInt32(table[Int(src[i &+ 2])]), d = UInt32(table[Int(src[i &+ 3])])
-                    seen |= a | b | c | d
-                    let n = a << 18 | b << 12 | c << 6 | d
-                    dst[o] = UInt8(truncatingIfNeeded: n >> 16)
-                    dst[o &+ 1] = UInt8(truncatingIfNeeded: n >> 8)
-                    dst[o &+ 2] = UInt8(truncatingIfNeeded: n)
-                    i &+= 4
-                    o &+= 3
-                }
-                var unusedBits: UInt32 = 0
-                switch rest {
-                case 2:
-                    // 12 bits carry 8 bits of data: the low 4 must be zero.
-                    let a = UInt32(table[Int(src[i])]), b = UInt32(table[Int(src[i &+ 1])])
-                    seen |= a | b
-                    dst[o] = UInt8(truncatingIfNeeded: a << 2 | b >> 4)
-                    unusedBits = b & 0xF
-                case 3:
-                    // 18 bits carry 16 bits of data: the low 2 must be zero.
-                    let a = UInt32(table[Int(src[i])]), b = UInt32(table[Int(src[i &+ 1])])
-                    let c = UInt32(table[Int(src[i &+ 2])])
-                    seen |= a | b | c
-                    let n = a << 12 | b << 6 | c
-                    dst[o] = UInt8(truncatingIfNeeded: n >> 10)
-                    dst[o &+ 1] = UInt8(truncatingIfNeeded: n >> 2)
-                    unusedBits = c & 0x3
-                default:
-                    break
-                }
-                return seen & 0xC0 == 0 && unusedBits == 0
+        let written = out.withUnsafeMutableBufferPointer { decode(bytes, into: $0) }
+        return written == nil ? nil : out
+    }
+
+    /// How many bytes `count` characters decode to; nil for an impossible length (`count % 4 == 1`).
+    static func decodedCount(_ count: Int) -> Int? {
+        let rest = count % 4
+        if rest == 1 { return nil }
+        return count / 4 * 3 + (rest == 0 ? 0 : rest - 1)
+    }
+
+    /// Decodes into `out`'s first `decodedCount(bytes.count)` bytes (`out` must hold them) and returns that count;
+    /// nil for anything that is not canonical unpadded base64url (`out`'s bytes are then unspecified). Allocates
+    /// nothing: the verifier decodes a token's three parts into one scratch buffer on the stack (issue 12: an array
+    /// each before). Four characters at a time: a token's three parts cost ~2 600 instructions per handshake a byte
+    /// at a time through `append`; an invalid character is noticed once, after the loop (the 0xFF of the reverse
+    /// table sets bits no alphabet value has).
+    static func decode(_ bytes: UnsafeBufferPointer<UInt8>, into out: UnsafeMutableBufferPointer<UInt8>) -> Int? {
+        guard let outCount = decodedCount(bytes.count), outCount <= out.count else { return nil }
+        guard outCount > 0, let src = bytes.baseAddress, let dst = out.baseAddress else { return 0 }
+        let full = bytes.count / 4, rest = bytes.count % 4
+        let valid = reverse.withUnsafeBufferPointer { table -> Bool in
+            var seen: UInt32 = 0
+            var i = 0, o = 0
+            for _ in 0..<full {
+                let a = UInt32(table[Int(src[i])]), b = UInt32(table[Int(src[i &+ 1])])
+                let c = UInt32(table[Int(src[i &+ 2])]), d = UInt32(table[Int(src[i &+ 3])])
+                seen |= a | b | c | d
+                let n = a << 18 | b << 12 | c << 6 | d
+                dst[o] = UInt8(truncatingIfNeeded: n >> 16)
+                dst[o &+ 1] = UInt8(truncatingIfNeeded: n >> 8)
+                dst[o &+ 2] = UInt8(truncatingIfNeeded: n)
+                i &+= 4
+                o &+= 3
             }
+            var unusedBits: UInt32 = 0
+            switch rest {
+            case 2:
+                // 12 bits carry 8 bits of data: the low 4 must be zero.
+                let a = UInt32(table[Int(src[i])]), b = UInt32(table[Int(src[i &+ 1])])
+                seen |= a | b
+                dst[o] = UInt8(truncatingIfNeeded: a << 2 | b >> 4)
+                unusedBits = b & 0xF
+            case 3:
+                // 18 bits carry 16 bits of data: the low 2 must be zero.
+                let a = UInt32(table[Int(src[i])]), b = UInt32(table[Int(src[i &+ 1])])
+                let c = UInt32(table[Int(src[i &+ 2])])
+                seen |= a | b | c
+                let n = a << 12 | b << 6 | c
+                dst[o] = UInt8(truncatingIfNeeded: n >> 10)
+                dst[o &+ 1] = UInt8(truncatingIfNeeded: n >> 2)
+                unusedBits = c & 0x3
+            default:
+                break
+            }
+            return seen & 0xC0 == 0 && unusedBits == 0
         }
-        return valid ? out : nil
+        return valid ? outCount : nil
     }
 }

@@ -75,77 +75,95 @@ public struct JWTVerifier: Sendable {
     }
 
     public func verify(_ token: String, now: Int64) -> Result<VerifiedToken, AuthFailure> {
-        do {
-            return .success(try verifyThrowing(token, now: now))
-        } catch {
-            return .failure(error)
-        }
+        var token = token
+        return token.withUTF8 { verify(bytes: $0, now: now) }
     }
 
     public func verifyThrowing(_ token: String, now: Int64) throws(AuthFailure) -> VerifiedToken {
-        let utf8 = token.utf8
-        if utf8.isEmpty { throw AuthFailure(.missingToken, "no access token was provided") }
-        if utf8.count > JWTVerifier.maximumTokenBytes {
-            throw AuthFailure(.tokenTooLarge, "access token exceeds \(JWTVerifier.maximumTokenBytes) bytes")
-        }
-        let bytes = Array(utf8)
+        try verify(token, now: now).get()
+    }
 
+    /// The token's bytes, as found in the request head (no `String` made of it). The decoded parts are shorter
+    /// than their text, so one scratch buffer of the token's size, on the stack, holds them: the verify allocates
+    /// nothing but the strings of the result (issue 12: six arrays before).
+    public func verify(bytes token: UnsafeBufferPointer<UInt8>, now: Int64) -> Result<VerifiedToken, AuthFailure> {
+        if token.isEmpty { return .failure(AuthFailure(.missingToken, "no access token was provided")) }
+        if token.count > JWTVerifier.maximumTokenBytes {
+            return .failure(AuthFailure(.tokenTooLarge, "access token exceeds \(JWTVerifier.maximumTokenBytes) bytes"))
+        }
+        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: token.count) { scratch in
+            do throws(AuthFailure) {
+                return .success(try verify(token, scratch: scratch, now: now))
+            } catch {
+                return .failure(error)
+            }
+        }
+    }
+
+    private static let headerNames = JSONText.Names(["alg", "typ", "crit"])
+    private static let claimNames = JSONText.Names(["sub", "exp", "nbf", "iat", "iss", "aud", "jti"])
+
+    private func verify(_ bytes: UnsafeBufferPointer<UInt8>, scratch: UnsafeMutableBufferPointer<UInt8>,
+                        now: Int64) throws(AuthFailure) -> VerifiedToken {
         // Structure: header.payload.signature
         var firstDot = -1, secondDot = -1, dotCount = 0
-        for (index, byte) in bytes.enumerated() where byte == UInt8(ascii: ".") {
+        for index in 0..<bytes.count where bytes[index] == UInt8(ascii: ".") {
             dotCount += 1
             if dotCount == 1 { firstDot = index } else if dotCount == 2 { secondDot = index } else { break }
         }
         guard dotCount == 2 else {
             throw AuthFailure(.malformed, "access token must have exactly three dot-separated parts")
         }
-        let headerPart = bytes[..<firstDot]
-        let payloadPart = bytes[(firstDot + 1)..<secondDot]
-        let signaturePart = bytes[(secondDot + 1)...]
+        let headerPart = UnsafeBufferPointer(rebasing: bytes[..<firstDot])
+        let payloadPart = UnsafeBufferPointer(rebasing: bytes[(firstDot + 1)..<secondDot])
+        let signaturePart = UnsafeBufferPointer(rebasing: bytes[(secondDot + 1)...])
         guard !headerPart.isEmpty, !payloadPart.isEmpty else {
             throw AuthFailure(.malformed, "access token has an empty header or payload")
         }
 
-        // Header
-        guard let headerBytes = Base64URL.decode(bytes: headerPart) else {
+        // Header, decoded to the scratch buffer's start
+        guard let headerCount = Base64URL.decode(headerPart, into: scratch) else {
             throw AuthFailure(.malformed, "access token header is not valid base64url")
         }
-        guard let header = JSONText.Object(headerBytes) else {
+        let headerBytes = UnsafeMutableBufferPointer(rebasing: scratch[..<headerCount])
+        guard let header = JSONText.Fields(UnsafeRawBufferPointer(headerBytes), names: Self.headerNames) else {
             throw AuthFailure(.malformed, "access token header is not a JSON object")
         }
-        guard let algValue = header.value("alg"), let alg = header.string(algValue) else {
+        guard let algValue = header[0], let alg = header.string(algValue) else {
             throw AuthFailure(.malformed, "access token header has no alg")
         }
         guard alg == algorithm.rawValue else {
             throw AuthFailure(.algorithmNotAllowed, "access token algorithm is not accepted; this hub requires \(algorithm.rawValue)")
         }
-        if let typValue = header.value("typ") {
-            guard let typ = header.string(typValue), typ.lowercased() == "jwt" else {
+        if let typValue = header[1] {
+            guard header.string(typValue, equalsIgnoringCase: "jwt") else {
                 throw AuthFailure(.malformed, "access token header typ must be JWT")
             }
         }
-        if header.value("crit") != nil {
+        if header[2] != nil {
             throw AuthFailure(.unsupportedHeader, "access token header has critical extensions (crit), which are not supported")
         }
 
-        // Signature over ASCII(header '.' payload)
-        guard let signature = Base64URL.decode(bytes: signaturePart) else {
+        // Signature over ASCII(header '.' payload), decoded after the header
+        let rest = UnsafeMutableBufferPointer(rebasing: scratch[headerCount...])
+        guard let signatureCount = Base64URL.decode(signaturePart, into: rest) else {
             throw AuthFailure(.malformed, "access token signature is not valid base64url")
         }
-        let signingInput = bytes[..<secondDot]
-        try checkSignature(signature, over: signingInput)
+        let signature = UnsafeRawBufferPointer(UnsafeMutableBufferPointer(rebasing: rest[..<signatureCount]))
+        try checkSignature(signature, over: UnsafeBufferPointer(rebasing: bytes[..<secondDot]))
 
-        // Claims (only now that the token is authentic)
-        guard let payloadBytes = Base64URL.decode(bytes: payloadPart) else {
+        // Claims (only now that the token is authentic), decoded over the header
+        guard let payloadCount = Base64URL.decode(payloadPart, into: scratch) else {
             throw AuthFailure(.malformed, "access token payload is not valid base64url")
         }
-        guard let claims = JSONText.Object(payloadBytes) else {
+        let payloadBytes = UnsafeMutableBufferPointer(rebasing: scratch[..<payloadCount])
+        guard let claims = JSONText.Fields(UnsafeRawBufferPointer(payloadBytes), names: Self.claimNames) else {
             throw AuthFailure(.malformed, "access token payload is not a JSON object")
         }
         return try validate(claims: claims, now: now)
     }
 
-    private func checkSignature(_ signature: [UInt8], over input: ArraySlice<UInt8>) throws(AuthFailure) {
+    private func checkSignature(_ signature: UnsafeRawBufferPointer, over input: UnsafeBufferPointer<UInt8>) throws(AuthFailure) {
         switch material {
         case .secret(let key):
             guard signature.count == 32 else {
@@ -158,14 +176,14 @@ public struct JWTVerifier: Sendable {
             if key.algorithm == .es256, signature.count != 2 * ECDSASignature.componentBytes {
                 throw AuthFailure(.badSignature, "access token signature has the wrong length for ES256 (expected 64 bytes)")
             }
-            guard key.verify(signature: signature, over: input) else {
+            guard key.verify(signature: Array(signature), over: Array(input)[...]) else {
                 throw AuthFailure(.badSignature, "access token signature is invalid")
             }
         }
     }
 
-    private func numericClaim(_ claims: JSONText.Object, _ name: StaticString) throws(AuthFailure) -> Int64? {
-        guard let raw = claims.value(name) else { return nil }
+    private func numericClaim(_ claims: JSONText.Fields, _ index: Int, _ name: StaticString) throws(AuthFailure) -> Int64? {
+        guard let raw = claims[index] else { return nil }
         switch claims.numericDate(raw) {
         case .value(let value): return value
         case .notANumber: throw AuthFailure(.invalidClaim, "access token \(name) claim must be a number")
@@ -173,18 +191,19 @@ public struct JWTVerifier: Sendable {
         }
     }
 
-    private func validate(claims: JSONText.Object, now: Int64) throws(AuthFailure) -> VerifiedToken {
-        guard let subValue = claims.value("sub"), let subject = claims.string(subValue), !subject.isEmpty else {
+    /// `claims` holds `claimNames`: 0 sub, 1 exp, 2 nbf, 3 iat, 4 iss, 5 aud, 6 jti.
+    private func validate(claims: JSONText.Fields, now: Int64) throws(AuthFailure) -> VerifiedToken {
+        guard let subValue = claims[0], let subject = claims.string(subValue), !subject.isEmpty else {
             throw AuthFailure(.missingSubject, "access token has no subject (sub)")
         }
-        guard let expiresAt = try numericClaim(claims, "exp") else {
+        guard let expiresAt = try numericClaim(claims, 1, "exp") else {
             throw AuthFailure(.missingExpiry, "access token has no expiry (exp)")
         }
-        let notBefore = try numericClaim(claims, "nbf")
-        let issuedAt = try numericClaim(claims, "iat")
+        let notBefore = try numericClaim(claims, 2, "nbf")
+        let issuedAt = try numericClaim(claims, 3, "iat")
 
         var tokenIssuer: String? = nil
-        if let issValue = claims.value("iss") {
+        if let issValue = claims[4] {
             guard let value = claims.string(issValue) else {
                 throw AuthFailure(.invalidClaim, "access token iss claim must be a string")
             }
@@ -195,7 +214,7 @@ public struct JWTVerifier: Sendable {
         }
 
         var tokenAudience: [String] = []
-        if let audValue = claims.value("aud") {
+        if let audValue = claims[5] {
             if let value = claims.string(audValue) {
                 tokenAudience = [value]
             } else if let values = claims.strings(audValue) {
@@ -220,7 +239,7 @@ public struct JWTVerifier: Sendable {
             throw AuthFailure(.expired, "access token has expired")
         }
 
-        let tokenID = claims.value("jti").flatMap { claims.string($0) }
+        let tokenID = claims[6].flatMap { claims.string($0) }
         return VerifiedToken(subject: subject, expiresAt: expiresAt, issuedAt: issuedAt, notBefore: notBefore,
                              issuer: tokenIssuer, audience: tokenAudience, tokenID: tokenID, algorithm: algorithm)
     }

@@ -236,15 +236,14 @@ final class HMACSHA256Key: @unchecked Sendable {
     }
 
     /// Whether `signature` is the HMAC-SHA256 of `message`, compared in constant time; the MAC stays on the stack.
-    func isMAC(_ signature: [UInt8], of message: ArraySlice<UInt8>) -> Bool {
+    func isMAC(_ signature: UnsafeRawBufferPointer, of message: UnsafeBufferPointer<UInt8>) -> Bool {
         guard signature.count == 32 else { return false }
         return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 32) { out in
-            let ok = message.withUnsafeBufferPointer { m in hub_hmac_sha256(key, m.baseAddress, m.count, out.baseAddress) }
-            guard ok == 1 else {
+            guard hub_hmac_sha256(key, message.baseAddress, message.count, out.baseAddress) == 1 else {
                 ERR_clear_error()
                 return false
             }
-            return signature.withUnsafeBytes { CRYPTO_memcmp($0.baseAddress, out.baseAddress, 32) == 0 }
+            return CRYPTO_memcmp(signature.baseAddress, out.baseAddress, 32) == 0
         }
     }
 }

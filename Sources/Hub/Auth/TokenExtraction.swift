@@ -37,43 +37,80 @@ public enum TokenExtraction {
     private static let missing = AuthFailure(.missingToken,
         "no access token: send 'Authorization: Bearer <token>' or the access_token query parameter")
 
+    /// The bearer token of an upgrade request, handed to `body` as bytes: for a plain header, the request head's
+    /// own bytes, so no `String` is made of a token the verifier only reads (issue 12). Values with non-ASCII bytes
+    /// or a CR go through the `Character` rules.
+    static func withBearerToken<R>(authorizationHeader: ArraySlice<UInt8>?, accessTokenQuery: String?,
+                                   _ body: (UnsafeBufferPointer<UInt8>) -> Result<R, AuthFailure>) -> Result<R, AuthFailure> {
+        let plain = withBuffer(authorizationHeader) { header in
+            withUTF8(accessTokenQuery) { query in bearerToken(header: header, query: query, body) }
+        }
+        if let plain { return plain }
+        let header = authorizationHeader.map { String(decoding: $0, as: UTF8.self) }
+        switch bearerTokenOfCharacters(authorizationHeader: header, accessTokenQuery: accessTokenQuery) {
+        case .success(var token): return token.withUTF8(body)
+        case .failure(let failure): return .failure(failure)
+        }
+    }
+
     /// The same rules on the UTF-8 bytes, for values that are ASCII without a CR (every real token; nil otherwise).
     /// There every `Character` is one byte (only CR LF would make a two-byte grapheme), so the result is exactly
     /// the `Character` rules' (`AuthTokenExtractionTests` compares both), without grapheme breaking: the `Character`
     /// scans of a 200-byte token cost about as much as verifying its HMAC (Benchmarks/results/setup).
     static func bearerTokenOfBytes(authorizationHeader: String?, accessTokenQuery: String?) -> Result<String, AuthFailure>? {
-        if let header = authorizationHeader {
+        withUTF8(authorizationHeader) { header in
+            withUTF8(accessTokenQuery) { query in
+                bearerToken(header: header, query: query) { .success(String(decoding: $0, as: UTF8.self)) }
+            }
+        }
+    }
+
+    /// The byte rules: nil when a value present is not plain ASCII.
+    private static func bearerToken<R>(header: UnsafeBufferPointer<UInt8>?, query: UnsafeBufferPointer<UInt8>?,
+                                       _ body: (UnsafeBufferPointer<UInt8>) -> Result<R, AuthFailure>) -> Result<R, AuthFailure>? {
+        if let header {
             switch scan(header, parseAuthorization) {
             case .notPlain: return nil
             case .blank: break  // counts as absent
-            case .result(let result): return result
+            case .result(let result): return result.flatMap(body)
             }
         }
-        if let query = accessTokenQuery {
+        if let query {
             switch scan(query, queryToken) {
             case .notPlain: return nil
             case .blank: break
-            case .result(let result): return result
+            case .result(let result): return result.flatMap(body)
             }
         }
         return .failure(missing)
     }
 
-    private enum Scan { case notPlain, blank, result(Result<String, AuthFailure>) }
-
-    private static func scan(_ value: String, _ rule: (UnsafeBufferPointer<UInt8>) -> Result<String, AuthFailure>) -> Scan {
-        value.utf8.withContiguousStorageIfAvailable { bytes -> Scan in
-            guard isPlainASCII(bytes) else { return .notPlain }
-            guard let trimmed = trimmedRange(bytes) else { return .blank }
-            return .result(rule(UnsafeBufferPointer(rebasing: bytes[trimmed])))
-        } ?? .notPlain
+    private static func withUTF8<T>(_ value: String?, _ body: (UnsafeBufferPointer<UInt8>?) -> T) -> T {
+        guard var value else { return body(nil) }
+        return value.withUTF8 { body($0) }
     }
 
-    private static func queryToken(_ token: UnsafeBufferPointer<UInt8>) -> Result<String, AuthFailure> {
+    private static func withBuffer<T>(_ value: ArraySlice<UInt8>?, _ body: (UnsafeBufferPointer<UInt8>?) -> T) -> T {
+        guard let value else { return body(nil) }
+        return value.withUnsafeBufferPointer { body($0) }
+    }
+
+    /// A rule's outcome: the token's bytes (inside the value scanned), or why there is none.
+    private typealias TokenBytes = Result<UnsafeBufferPointer<UInt8>, AuthFailure>
+
+    private enum Scan { case notPlain, blank, result(TokenBytes) }
+
+    private static func scan(_ bytes: UnsafeBufferPointer<UInt8>, _ rule: (UnsafeBufferPointer<UInt8>) -> TokenBytes) -> Scan {
+        guard isPlainASCII(bytes) else { return .notPlain }
+        guard let trimmed = trimmedRange(bytes) else { return .blank }
+        return .result(rule(UnsafeBufferPointer(rebasing: bytes[trimmed])))
+    }
+
+    private static func queryToken(_ token: UnsafeBufferPointer<UInt8>) -> TokenBytes {
         guard !containsSpace(token) else {
             return .failure(AuthFailure(.malformed, "access_token query parameter contains whitespace"))
         }
-        return .success(String(decoding: token, as: UTF8.self))
+        return .success(token)
     }
 
     private static func isPlainASCII(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
@@ -95,7 +132,7 @@ public enum TokenExtraction {
         return start..<(end + 1)
     }
 
-    private static func parseAuthorization(_ value: UnsafeBufferPointer<UInt8>) -> Result<String, AuthFailure> {
+    private static func parseAuthorization(_ value: UnsafeBufferPointer<UInt8>) -> TokenBytes {
         let schemeEnd = value.firstIndex(where: isSpaceByte) ?? value.count
         let bearer: StaticString = "bearer"
         guard schemeEnd == bearer.utf8CodeUnitCount,
@@ -114,7 +151,7 @@ public enum TokenExtraction {
         guard !containsSpace(token) else {
             return .failure(AuthFailure(.malformed, "Authorization header has more than one credential after Bearer"))
         }
-        return .success(String(decoding: token, as: UTF8.self))
+        return .success(token)
     }
 
     private static func isSpace(_ c: Character) -> Bool { c == " " || c == "\t" }

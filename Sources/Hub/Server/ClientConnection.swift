@@ -311,24 +311,23 @@ final class ClientConnection: ConnectionHandler {
         let configuration = hub.configuration
         switch mode {
         case .hub:
-            let token: String
-            let authorizations = head.headers.values("Authorization")
-            guard authorizations.count <= 1 else {
+            let authorizations = head.headers.count(of: "Authorization")
+            guard authorizations <= 1 else {
                 // RFC 9110 makes Authorization a singleton field: which one would be meant is ambiguous.
                 return respondHTTP(HTTPError.badRequest("more than one Authorization header").response())
             }
             let queryToken = head.queryValue("access_token")
-            if authorizations.isEmpty && queryToken == nil {
+            if authorizations == 0 && queryToken == nil {
                 // No token at all: first-message auth (a browser cannot set headers, and a token in the URL ends up
                 // in logs). The session opens; the first message must be a valid `auth`.
                 awaitingAuth = true
                 break
             }
-            switch TokenExtraction.bearerToken(authorizationHeader: authorizations.first, accessTokenQuery: queryToken) {
-            case .success(let t): token = t
-            case .failure(let failure): return refuse(failure)
-            }
-            switch hub.verifier.verify(token, now: Int64(time(nil))) {
+            // The token is read where it lies in the request head: no `String` of it is made.
+            let now = Int64(time(nil))
+            let header = authorizations == 0 ? nil : head.headers.firstValueBytes("Authorization")
+            switch TokenExtraction.withBearerToken(authorizationHeader: header, accessTokenQuery: queryToken,
+                                                   { hub.verifier.verify(bytes: $0, now: now) }) {
             case .success(let verified):
                 account = AccountID(verified.subject)
                 tokenExpiresAt = verified.expiresAt
