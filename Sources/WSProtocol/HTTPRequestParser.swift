@@ -102,39 +102,55 @@ public struct HTTPRequestHead: Sendable {
     /// The first value of query parameter `name` (`application/x-www-form-urlencoded` rules:
     /// `+` is a space, `%XX` is decoded; a malformed escape is kept literally). Nil when absent.
     public func queryValue(_ name: String) -> String? {
+        withRawQueryValue(name) { $0.map(Self.formDecode) }
+    }
+
+    /// `queryValue` without a `String`: `body` gets the value's decoded bytes (the target's own when nothing needs
+    /// decoding, as in a JWT), or nil when the parameter is absent. The handshake reads `access_token` this way.
+    public func withQueryValue<R>(_ name: String, _ body: (UnsafeBufferPointer<UInt8>?) -> R) -> R {
+        withRawQueryValue(name) { raw in
+            guard let raw else { return body(nil) }
+            let bytes = UnsafeRawBufferPointer(raw)
+            if !ByteScan.contains(UInt8(ascii: "+"), in: bytes) && !ByteScan.contains(UInt8(ascii: "%"), in: bytes) {
+                return body(raw)
+            }
+            return Self.decodeFormBytes(raw).withUnsafeBufferPointer { body($0) }
+        }
+    }
+
+    /// Calls `body` with the first value of `name` as it stands in the target (not yet form-decoded), or nil.
+    private func withRawQueryValue<R>(_ name: String, _ body: (UnsafeBufferPointer<UInt8>?) -> R) -> R {
         // `String ==` is canonical equivalence, under which a non-ASCII key can equal an ASCII name (U+212A KELVIN
         // SIGN is `K`): bytes decide only between ASCII strings; other keys are decoded and compared as `String`s.
         // Only the matching value is decoded (this runs once per handshake, for `access_token`).
         var contiguous = name
-        return contiguous.withUTF8 { nameBytes in queryValue(name, bytes: nameBytes) }
-    }
-
-    private func queryValue(_ name: String, bytes nameBytes: UnsafeBufferPointer<UInt8>) -> String? {
-        let nameIsASCII = ByteScan.all(UnsafeRawBufferPointer(nameBytes), in: 0...0x7F)
-        func scan(_ q: UnsafeBufferPointer<UInt8>) -> String? {
-            let raw = UnsafeRawBufferPointer(q)
-            var i = 0
-            while i < q.count {
-                let end = ByteScan.firstIndex(of: UInt8(ascii: "&"), in: raw, from: i) ?? q.count
-                if end > i {
-                    let eq = ByteScan.firstIndex(of: UInt8(ascii: "="), in: UnsafeRawBufferPointer(rebasing: raw[..<end]), from: i) ?? end
-                    let key = UnsafeBufferPointer(rebasing: q[i..<eq])
-                    let plain = nameIsASCII && !key.contains { $0 == UInt8(ascii: "%") || $0 == UInt8(ascii: "+") || $0 >= 0x80 }
-                    if plain ? key.elementsEqual(nameBytes) : Self.formDecode(key) == name {
-                        return Self.formDecode(UnsafeBufferPointer(rebasing: q[min(eq + 1, end)..<end]))
+        return contiguous.withUTF8 { nameBytes in
+            let nameIsASCII = ByteScan.all(UnsafeRawBufferPointer(nameBytes), in: 0...0x7F)
+            func scan(_ q: UnsafeBufferPointer<UInt8>) -> UnsafeBufferPointer<UInt8>? {
+                let raw = UnsafeRawBufferPointer(q)
+                var i = 0
+                while i < q.count {
+                    let end = ByteScan.firstIndex(of: UInt8(ascii: "&"), in: raw, from: i) ?? q.count
+                    if end > i {
+                        let eq = ByteScan.firstIndex(of: UInt8(ascii: "="), in: UnsafeRawBufferPointer(rebasing: raw[..<end]), from: i) ?? end
+                        let key = UnsafeBufferPointer(rebasing: q[i..<eq])
+                        let plain = nameIsASCII && !key.contains { $0 == UInt8(ascii: "%") || $0 == UInt8(ascii: "+") || $0 >= 0x80 }
+                        if plain ? key.elementsEqual(nameBytes) : Self.formDecode(key) == name {
+                            return UnsafeBufferPointer(rebasing: q[min(eq + 1, end)..<end])
+                        }
                     }
+                    i = end + 1
                 }
-                i = end + 1
+                return nil
             }
-            return nil
+            // The query is the target after its first `?` (in absolute form too: an authority has no `?`).
+            func scanQuery(_ target: UnsafeBufferPointer<UInt8>) -> R {
+                guard let q = target.firstIndex(of: UInt8(ascii: "?")) else { return body(nil) }
+                return body(scan(UnsafeBufferPointer(rebasing: target[(q + 1)...])))
+            }
+            var target = self.target
+            return target.withUTF8(scanQuery)
         }
-        // The query is the target after its first `?` (in absolute form too: an authority has no `?`).
-        func scanQuery(_ target: UnsafeBufferPointer<UInt8>) -> String? {
-            guard let q = target.firstIndex(of: UInt8(ascii: "?")) else { return nil }
-            return scan(UnsafeBufferPointer(rebasing: target[(q + 1)...]))
-        }
-        if let found = target.utf8.withContiguousStorageIfAvailable(scanQuery) { return found }
-        return Array(target.utf8).withUnsafeBufferPointer(scanQuery)
     }
 
     /// `formDecode` of a buffer: the search for something to decode is two `memchr`s.
@@ -156,6 +172,10 @@ public struct HTTPRequestHead: Sendable {
 
     /// `+` as a space, `%XX` as its byte, a malformed escape kept literally.
     private static func decodeForm<Bytes: Collection>(_ bytes: Bytes) -> String where Bytes.Element == UInt8 {
+        String(decoding: decodeFormBytes(bytes), as: UTF8.self)
+    }
+
+    private static func decodeFormBytes<Bytes: Collection>(_ bytes: Bytes) -> [UInt8] where Bytes.Element == UInt8 {
         var out: [UInt8] = []
         out.reserveCapacity(bytes.count)
         var i = bytes.startIndex
@@ -174,7 +194,7 @@ public struct HTTPRequestHead: Sendable {
             }
             i = bytes.index(after: i)
         }
-        return String(decoding: out, as: UTF8.self)
+        return out
     }
 
     @inline(__always) static func hexValue(_ b: UInt8) -> UInt8? {

@@ -47,11 +47,17 @@ private func tokenExtraction(header: String?, query: String?, expected: Expect) 
     #expect(fromBytes == expected)
 }
 
-/// `TokenExtraction.withBearerToken` on a header's bytes, the token it hands over made a `String` to compare.
+/// `TokenExtraction.withBearerToken` on a header's and a query value's bytes, the token it hands over made a `String`
+/// to compare.
 private func withBearerTokenString(header: String?, query: String?) -> Result<String, AuthFailure> {
-    TokenExtraction.withBearerToken(authorizationHeader: header.map { Array($0.utf8)[...] }, accessTokenQuery: query) {
-        .success(String(decoding: $0, as: UTF8.self))
+    let queryBytes = query.map { Array($0.utf8) }
+    func run(_ query: UnsafeBufferPointer<UInt8>?) -> Result<String, AuthFailure> {
+        TokenExtraction.withBearerToken(authorizationHeader: header.map { Array($0.utf8)[...] }, accessTokenQuery: query) {
+            .success(String(decoding: $0, as: UTF8.self))
+        }
     }
+    guard let queryBytes else { return run(nil) }
+    return queryBytes.withUnsafeBufferPointer { run($0) }
 }
 
 @Test func nonBearerSchemeHasSpecificMessage() throws {

@@ -49,6 +49,17 @@ private let validUpgrade = "GET /chat?room=a%20b&x=1+2 HTTP/1.1\r\nHost: server.
     #expect(head.queryValue("b") == "")
     #expect(head.queryValue("c") == "")
     #expect(head.queryValue("key") == "v")
+    // The byte form the handshake reads `access_token` with gives the same values, and nil for an absent one.
+    for (target, name) in [("/p?a=%41%zz&b&c=&a=second&%6Bey=v", "a"), ("/p?a=%41%zz&b&c=&a=second&%6Bey=v", "b"),
+                           ("/p?a=%41%zz&b&c=&a=second&%6Bey=v", "key"), ("/p?a=%41%zz&b&c=&a=second&%6Bey=v", "nope"),
+                           ("/ws?access_token=aaa.bbb.ccc", "access_token"), ("/ws?access_token=a+b%2E%ff", "access_token"),
+                           ("/ws", "access_token"), ("/ws?", "access_token"), ("/ws?access_token", "access_token")] {
+        let head = HTTPRequestHead(method: "GET", target: target, headers: HTTPHeaders())
+        let bytes = head.withQueryValue(name) { $0.map { String(decoding: $0, as: UTF8.self) } }
+        #expect(bytes == head.queryValue(name), "\(target) \(name)")
+    }
+    #expect(HTTPRequestHead(method: "GET", target: "/ws?access_token=a+b%2E", headers: HTTPHeaders())
+        .withQueryValue("access_token") { $0.map(Array.init) } == Array("a b.".utf8))
     #expect(HTTPRequestHead(method: "GET", target: "/p", headers: HTTPHeaders()).query == nil)
     #expect(HTTPRequestHead(method: "GET", target: "/p?", headers: HTTPHeaders()).query == "")
     // Origin form: the path is the target up to its first `?`.

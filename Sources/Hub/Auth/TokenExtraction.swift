@@ -37,17 +37,16 @@ public enum TokenExtraction {
     private static let missing = AuthFailure(.missingToken,
         "no access token: send 'Authorization: Bearer <token>' or the access_token query parameter")
 
-    /// The bearer token of an upgrade request, handed to `body` as bytes: for a plain header, the request head's
-    /// own bytes, so no `String` is made of a token the verifier only reads (issue 12). Values with non-ASCII bytes
-    /// or a CR go through the `Character` rules.
-    static func withBearerToken<R>(authorizationHeader: ArraySlice<UInt8>?, accessTokenQuery: String?,
+    /// The bearer token of an upgrade request, handed to `body` as bytes: for a plain header or query value, the
+    /// request head's own bytes, so no `String` is made of a token the verifier only reads (issue 12). Values with
+    /// non-ASCII bytes or a CR go through the `Character` rules. `accessTokenQuery`: the form-decoded value.
+    static func withBearerToken<R>(authorizationHeader: ArraySlice<UInt8>?, accessTokenQuery: UnsafeBufferPointer<UInt8>?,
                                    _ body: (UnsafeBufferPointer<UInt8>) -> Result<R, AuthFailure>) -> Result<R, AuthFailure> {
-        let plain = withBuffer(authorizationHeader) { header in
-            withUTF8(accessTokenQuery) { query in bearerToken(header: header, query: query, body) }
-        }
+        let plain = withBuffer(authorizationHeader) { header in bearerToken(header: header, query: accessTokenQuery, body) }
         if let plain { return plain }
         let header = authorizationHeader.map { String(decoding: $0, as: UTF8.self) }
-        switch bearerTokenOfCharacters(authorizationHeader: header, accessTokenQuery: accessTokenQuery) {
+        let query = accessTokenQuery.map { String(decoding: $0, as: UTF8.self) }
+        switch bearerTokenOfCharacters(authorizationHeader: header, accessTokenQuery: query) {
         case .success(var token): return token.withUTF8(body)
         case .failure(let failure): return .failure(failure)
         }

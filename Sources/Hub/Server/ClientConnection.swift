@@ -309,29 +309,32 @@ final class ClientConnection: ConnectionHandler {
         }
         var extensionsHeader: String? = nil
         let configuration = hub.configuration
-        switch mode {
+        hubMode: switch mode {
         case .hub:
             let authorizations = head.headers.count(of: "Authorization")
             guard authorizations <= 1 else {
                 // RFC 9110 makes Authorization a singleton field: which one would be meant is ambiguous.
                 return respondHTTP(HTTPError.badRequest("more than one Authorization header").response())
             }
-            let queryToken = head.queryValue("access_token")
-            if authorizations == 0 && queryToken == nil {
-                // No token at all: first-message auth (a browser cannot set headers, and a token in the URL ends up
-                // in logs). The session opens; the first message must be a valid `auth`.
-                awaitingAuth = true
-                break
-            }
             // The token is read where it lies in the request head: no `String` of it is made.
             let now = Int64(time(nil))
             let header = authorizations == 0 ? nil : head.headers.firstValueBytes("Authorization")
-            switch TokenExtraction.withBearerToken(authorizationHeader: header, accessTokenQuery: queryToken,
-                                                   { hub.verifier.verify(bytes: $0, now: now) }) {
-            case .success(let verified):
+            let verified = head.withQueryValue("access_token") { query -> Result<VerifiedToken, AuthFailure>? in
+                // No token at all: first-message auth (a browser cannot set headers, and a token in the URL ends up
+                // in logs). The session opens; the first message must be a valid `auth`.
+                if header == nil && query == nil { return nil }
+                return TokenExtraction.withBearerToken(authorizationHeader: header, accessTokenQuery: query) {
+                    hub.verifier.verify(bytes: $0, now: now)
+                }
+            }
+            switch verified {
+            case nil:
+                awaitingAuth = true
+                break hubMode
+            case .success(let verified)?:
                 account = AccountID(verified.subject)
                 tokenExpiresAt = verified.expiresAt
-            case .failure(let failure):
+            case .failure(let failure)?:
                 return refuse(failure)
             }
             guard hub.admitAccount(account) else {
@@ -549,7 +552,8 @@ final class ClientConnection: ConnectionHandler {
     ///   held events at or below the read's positions are dropped and the rest go out after the reply.
     private func subscribe(_ names: [String], since: [SincePosition], id: RawJSON?) {
         guard let indices = resolve(names, id: id) else { return }
-        let added = indices.filter { !channels.contains($0) }
+        // The first subscribe adds all it names: the same array, not a filtered copy.
+        let added = channels.isEmpty ? indices : indices.filter { !channels.contains($0) }
         let configuration = hub.configuration
         let limit = configuration.maxSubscriptions
         guard channels.count + added.count <= limit else {
@@ -563,14 +567,18 @@ final class ClientConnection: ConnectionHandler {
         var reads: [StreamRead] = []
         reads.reserveCapacity(2 * indices.count)
         var request = PendingSubscribe(names: names, indices: indices, added: added, id: id)
-        request.resumes.reserveCapacity(indices.count)
-        request.knownEpoch.reserveCapacity(indices.count)
+        if !since.isEmpty {  // a subscribe that resumes nothing (most) makes neither array
+            request.resumes.reserveCapacity(indices.count)
+            request.knownEpoch.reserveCapacity(indices.count)
+        }
         for (n, index) in indices.enumerated() {
             let follow = added.contains(index)
-            let position = since.last { $0.channel == names[n] }
+            let position = since.isEmpty ? nil : since.last { $0.channel == names[n] }
             let epochs = position.flatMap { Resume.streamEpochs(of: $0.epoch, hubEpoch: hubEpoch) }
-            request.resumes.append(position)
-            request.knownEpoch.append(epochs != nil)
+            if !since.isEmpty {
+                request.resumes.append(position)
+                request.knownEpoch.append(epochs != nil)
+            }
             let max = configuration.recoveryMax
             reads.append(StreamRead(stream: StreamKey(channel: index, account: account), follow: follow,
                                     resume: epochs.map { ResumePoint(epoch: $0.account, seq: position?.seq ?? 0) }, limit: max,
@@ -609,8 +617,10 @@ final class ClientConnection: ConnectionHandler {
         let indices: [Int]
         let added: [Int]
         let id: RawJSON?
+        /// Per channel, its `since` position and whether its epoch is known; both empty when `since` is.
         var resumes: [SincePosition?] = []
         var knownEpoch: [Bool] = []
+        func resume(_ n: Int) -> SincePosition? { resumes.isEmpty ? nil : resumes[n] }
         var token = 0
     }
 
@@ -655,6 +665,8 @@ final class ClientConnection: ConnectionHandler {
         let hubEpoch = hub.broker.epoch
         var positions: [ClientReplies.ChannelPosition] = []
         positions.reserveCapacity(request.indices.count)
+        var newFloors: [Floor] = []
+        newFloors.reserveCapacity(2 * request.indices.count)  // one allocation, not one per doubling
         // A replay may fill at most half the outbound cap, so the live events behind it still fit.
         var budget = max(0, hub.configuration.maxQueuedBytes / 2 - (connection?.queuedBytes ?? 0))
         for (n, index) in request.indices.enumerated() {
@@ -662,7 +674,7 @@ final class ClientConnection: ConnectionHandler {
             var position = ClientReplies.ChannelPosition(
                 channel: request.names[n], epoch: ClientReplies.ChannelEpoch(hub: hubEpoch, account: a.epoch, broadcast: b.epoch),
                 seq: a.seq, broadcastSeq: b.seq)
-            if request.resumes[n] != nil {
+            if request.resume(n) != nil {
                 var outcome = request.knownEpoch[n] ? Resume.combine(a.replay, b.replay) : .failure(.epochChanged)
                 if case .success(let events) = outcome {
                     let bytes = events.reduce(0) { $0 + $1.frame.count }
@@ -679,9 +691,16 @@ final class ClientConnection: ConnectionHandler {
                     context.counters.recoveries[RecoveryOutcome.index(of: failure)] += 1
                 }
             }
-            floors.append(Floor(channel: index, broadcast: false, seq: a.seq, token: request.token))
-            floors.append(Floor(channel: index, broadcast: true, seq: b.seq, token: request.token))
+            newFloors.append(Floor(channel: index, broadcast: false, seq: a.seq, token: request.token))
+            newFloors.append(Floor(channel: index, broadcast: true, seq: b.seq, token: request.token))
             positions.append(position)
+        }
+        if newFloors.isEmpty {
+            // a subscribe to no channel: nothing to hold back (and no side object made for nothing)
+        } else if floors.isEmpty {
+            answeringState().floors = newFloors
+        } else {
+            floors.append(contentsOf: newFloors)
         }
         reply { w in ClientReplies.subscribed(channels: request.names, positions: positions, id: request.id, into: &w) }
         // Runs after every delivery job that was in this loop's inbox when the positions were read (the inbox is
