@@ -192,7 +192,7 @@ public enum WebSocketHandshake {
                                    extraHeaders: [(String, String)] = []) -> [UInt8] {
         // Bytes appended in place: one allocation (string interpolation and `Array(head.utf8)` made several).
         var out: [UInt8] = []
-        out.reserveCapacity(160)
+        out.reserveCapacity(256)  // 161 bytes with `Sec-WebSocket-Protocol: hub.v1`: 160 made it grow once
         func add(_ text: StaticString) { out.append(contentsOf: UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount)) }
         add("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ")
         appendAcceptValue(forKey: key, to: &out)

@@ -102,18 +102,20 @@ final class HubCore: Sendable {
     /// Counts one more connection for `account`; false (and nothing counted) when it already holds the maximum.
     func admitAccount(_ account: AccountID) -> Bool {
         let limit = configuration.maxConnectionsPerAccount
-        return perAccount.withLock { counts in
-            let n = counts[account, default: 0]
+        // One hash of the account each way: the count is changed in place (`inout` through the defaulted subscript;
+        // a refusal happens only at a count >= 1, so it never leaves a new zero behind), and found once on release.
+        func admit(_ n: inout Int) -> Bool {
             guard n < limit else { return false }
-            counts[account] = n + 1
+            n += 1
             return true
         }
+        return perAccount.withLock { counts in admit(&counts[account, default: 0]) }
     }
 
     func releaseAccount(_ account: AccountID) {
         perAccount.withLock { counts in
-            guard let n = counts[account] else { return }
-            if n <= 1 { counts[account] = nil } else { counts[account] = n - 1 }
+            guard let i = counts.index(forKey: account) else { return }
+            if counts.values[i] <= 1 { counts.remove(at: i) } else { counts.values[i] -= 1 }
         }
     }
 
