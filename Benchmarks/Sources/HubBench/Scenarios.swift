@@ -56,9 +56,13 @@ extension Coordinator {
         // trims its heap after a burst; a server that does not shows the same number as right after the ramp).
         let established = result["established"] as? Int ?? 0
         result["rss_per_idle_connection_bytes"] = established > 0 ? (s1.rssBytes - rssBeforeRamp) / established : 0
-        result["server_cpu_idle_percent"] = r((s1.cpuSeconds - s0.cpuSeconds) / hold * 100)
-        result["machine_cpu_idle_phase_percent"] = MachineSample.busyPercent(s0.machine, s1.machine)
-        result["generator_cpu_idle_percent"] = r((generatorCPU(snaps) - g0) / hold * 100)
+        // Per second of hold: without one (`--hold 0`, set-up only) there is no idle phase to report, and a
+        // division by zero would put an infinity in the JSON, which JSONSerialization traps on.
+        if hold > 0 {
+            result["server_cpu_idle_percent"] = r((s1.cpuSeconds - s0.cpuSeconds) / hold * 100)
+            result["machine_cpu_idle_phase_percent"] = MachineSample.busyPercent(s0.machine, s1.machine)
+            result["generator_cpu_idle_percent"] = r((generatorCPU(snaps) - g0) / hold * 100)
+        }
     }
 
     // MARK: broadcast
