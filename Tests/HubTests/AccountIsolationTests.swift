@@ -75,10 +75,9 @@ let canonicallyEquivalentPairs: [(String, String)] = [
     }
 
     @Test func registryKeepsEquivalentAccountsApart() {
-        final class Sub {}
         for (a, b) in canonicallyEquivalentPairs {
-            var registry = LocalRegistry<Sub>(channelCount: 1)
-            let s = Sub()
+            var registry = LocalRegistry<FakeSubscriber>(channelCount: 1)
+            let s = FakeSubscriber("s")
             registry.subscribe(s, account: AccountID(a), channel: 0)
             #expect(registry.subscribers(channel: 0, account: AccountID(a)).count == 1)
             #expect(registry.subscribers(channel: 0, account: AccountID(b)).isEmpty)

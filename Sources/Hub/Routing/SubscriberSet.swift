@@ -99,6 +99,48 @@ public struct SubscriberSet<Element: AnyObject>: RandomAccessCollection {
         return true
     }
 
+    /// Appends `element` and returns its position, without the duplicate check or a position map: for a set whose
+    /// members keep their own positions (a channel's broadcast list, `LocalRegistry`), removed with `remove(at:)`.
+    public mutating func append(_ element: Element) -> Int {
+        switch storage {
+        case .none:
+            storage = .one(element)
+            return 0
+        case .one(let first):
+            storage = .many([first, element])
+            return 1
+        case .many(var elements):
+            storage = .none  // the array's only reference is `elements` now: appending does not copy it
+            elements.append(element)
+            storage = .many(elements)
+            return elements.count - 1
+        }
+    }
+
+    /// Removes the member at `position` (of a set filled by `append`): the last member moves into its place and is
+    /// returned, to be told its new position (nil when the last one was removed).
+    public mutating func remove(at position: Int) -> Element? {
+        switch storage {
+        case .none:
+            preconditionFailure("SubscriberSet.remove(at: \(position)) on an empty set")
+        case .one:
+            precondition(position == 0, "SubscriberSet.remove(at: \(position)) out of range")
+            storage = .none
+            return nil
+        case .many(var elements):
+            storage = .none
+            let last = elements.count - 1
+            var moved: Element? = nil
+            if position != last {
+                elements[position] = elements[last]
+                moved = elements[position]
+            }
+            elements.removeLast()
+            if elements.count == 1 { storage = .one(elements[0]) } else { storage = .many(elements) }
+            return moved
+        }
+    }
+
     /// Returns false when the element was not present.
     @discardableResult
     public mutating func remove(_ element: Element) -> Bool {

@@ -69,8 +69,9 @@ final class ClientConnection: ConnectionHandler {
     /// The subprotocol name of the hub's JSON protocol, answered when a client offers it (RFC 6455 §4.2.2).
     static let subprotocol = "hub.v1"
 
-    // Subscriptions: indices into the configured channel list.
-    var channels = ChannelList()  // usually one: no allocation
+    // Subscriptions: indices into the configured channel list, with this connection's position in each channel's
+    // broadcast list. Only the registry changes it (`ChannelMember`).
+    private(set) var channels = ChannelList()  // usually one: no allocation
     /// Per stream, the seq up to which this connection already has the events (from a replay, or because the
     /// subscription took effect after them): deliveries at or below it are skipped. Only needed until the loop has
     /// run the deliveries that were already in its inbox when the subscription read its positions, then dropped, so
@@ -588,8 +589,7 @@ final class ClientConnection: ConnectionHandler {
                                     loop: context.loop.index))
         }
         for index in added {
-            context.registry.subscribe(self, account: account, channel: index)
-            channels.append(index)
+            context.registry.subscribe(self, account: account, channel: index)  // adds it to `channels`
         }
         // Tokens come from the loop, so they only grow over a connection's life (a deferred dropFloors(upTo:) of
         // an earlier subscribe can never retire a later one's floors), without a counter in every connection.
@@ -644,8 +644,7 @@ final class ClientConnection: ConnectionHandler {
             // Nothing of this subscribe takes effect.
             var left: [StreamKey] = []
             for index in request.added {
-                context.registry.unsubscribe(self, account: account, channel: index)
-                channels.removeAll { $0 == index }
+                context.registry.unsubscribe(self, account: account, channel: index)  // removes it from `channels`
                 left.append(StreamKey(channel: index, account: account))
                 left.append(StreamKey(channel: index, account: nil))
             }
@@ -741,9 +740,8 @@ final class ClientConnection: ConnectionHandler {
         guard let indices = resolve(names, id: id) else { return }
         var left: [StreamKey] = []
         for index in indices {
-            if let position = channels.firstIndex(of: index) {
-                context.registry.unsubscribe(self, account: account, channel: index)
-                channels.remove(at: position)
+            if channels.contains(index) {
+                context.registry.unsubscribe(self, account: account, channel: index)  // removes it from `channels`
                 retireFloors { $0.channel == index }
                 left.append(StreamKey(channel: index, account: account))
                 left.append(StreamKey(channel: index, account: nil))
@@ -956,7 +954,6 @@ final class ClientConnection: ConnectionHandler {
             left.append(StreamKey(channel: channel, account: account))
             left.append(StreamKey(channel: channel, account: nil))
         }
-        channels.removeAll()
         answering = nil  // floors and held events
         hub.broker.detach(left, loop: context.loop.index)
     }
@@ -1087,4 +1084,9 @@ struct ClientRef: @unchecked Sendable {
         serial = client.serial
     }
     var value: ClientConnection? { context.clients[serial] }
+}
+
+extension ClientConnection: ChannelMember {
+    func channelPosition(_ channel: Int) -> Int? { channels.position(of: channel) }
+    func setChannelPosition(_ position: Int?, _ channel: Int) { channels.setPosition(position, of: channel) }
 }

@@ -27,6 +27,15 @@ struct InlineList<Element>: RandomAccessCollection {
         spill.append(element)
     }
 
+    mutating func update(at i: Int, _ element: Element) {
+        if spill.isEmpty {
+            precondition(i == 0 && single != nil, "InlineList index \(i) out of range")
+            single = element
+        } else {
+            spill[i] = element
+        }
+    }
+
     mutating func removeAll(keepingCapacity: Bool = false) {
         single = nil
         spill.removeAll(keepingCapacity: keepingCapacity)
@@ -71,20 +80,44 @@ struct InlineList<Element>: RandomAccessCollection {
     }
 }
 
-/// A connection's subscribed channels (indices into the configured list) in subscribe order: an `InlineList` of
-/// 32-bit indices, 16 bytes instead of `InlineList<Int>`'s 24 (issue 12: an idle connection's memory). The configured
-/// list is far shorter than Int32.max, so an index always fits.
+/// A connection's subscribed channels (indices into the configured list) in subscribe order, each with the
+/// connection's position in that channel's broadcast list in the loop's registry (`ChannelMember`): an `InlineList`
+/// of two 32-bit numbers, 24 bytes (the position lets the registry drop a leaving connection from a channel of
+/// thousands without a lookup; issue 12). The configured list is far shorter than Int32.max, and a loop holds far
+/// fewer connections, so both always fit.
 struct ChannelList: RandomAccessCollection {
-    private var list = InlineList<Int32>()
+    private struct Entry {
+        var channel: Int32
+        var position: Int32
+    }
+    private var list = InlineList<Entry>()
 
     init() {}
 
     var startIndex: Int { 0 }
     var endIndex: Int { list.count }
-    subscript(i: Int) -> Int { Int(list[i]) }
+    subscript(i: Int) -> Int { Int(list[i].channel) }
 
-    mutating func append(_ channel: Int) { list.append(Int32(channel)) }
-    mutating func remove(at i: Int) { list.remove(at: i) }
-    mutating func removeAll(where shouldRemove: (Int) -> Bool) { list.removeAll { shouldRemove(Int($0)) } }
+    /// The registry position recorded for `channel`; nil when the channel is not in the list.
+    func position(of channel: Int) -> Int? {
+        for i in 0..<list.count where list[i].channel == Int32(truncatingIfNeeded: channel) { return Int(list[i].position) }
+        return nil
+    }
+
+    /// Records `channel` at `position` (appended when new, updated when there), or removes it (nil).
+    mutating func setPosition(_ position: Int?, of channel: Int) {
+        let key = Int32(truncatingIfNeeded: channel)
+        guard let position else {
+            list.removeAll { $0.channel == key }
+            return
+        }
+        let entry = Entry(channel: key, position: Int32(truncatingIfNeeded: position))
+        if let i = (0..<list.count).first(where: { list[$0].channel == key }) {
+            list.update(at: i, entry)
+        } else {
+            list.append(entry)
+        }
+    }
+
     mutating func removeAll() { list.removeAll() }
 }
