@@ -27,15 +27,6 @@ struct InlineList<Element>: RandomAccessCollection {
         spill.append(element)
     }
 
-    mutating func update(at i: Int, _ element: Element) {
-        if spill.isEmpty {
-            precondition(i == 0 && single != nil, "InlineList index \(i) out of range")
-            single = element
-        } else {
-            spill[i] = element
-        }
-    }
-
     mutating func removeAll(keepingCapacity: Bool = false) {
         single = nil
         spill.removeAll(keepingCapacity: keepingCapacity)
@@ -81,43 +72,69 @@ struct InlineList<Element>: RandomAccessCollection {
 }
 
 /// A connection's subscribed channels (indices into the configured list) in subscribe order, each with the
-/// connection's position in that channel's broadcast list in the loop's registry (`ChannelMember`): an `InlineList`
-/// of two 32-bit numbers, 24 bytes (the position lets the registry drop a leaving connection from a channel of
-/// thousands without a lookup; issue 12). The configured list is far shorter than Int32.max, and a loop holds far
-/// fewer connections, so both always fit.
+/// connection's position in that channel's broadcast list in the loop's registry (`ChannelMember`, which lets the
+/// registry drop a leaving connection from a channel of thousands without a lookup; issue 12). Like an
+/// `InlineList`, a lone entry is held inline and an array made from the second one on, but the empty inline slot is
+/// a sentinel rather than an optional, so the list stays 16 bytes (an idle connection's memory; the connection
+/// object must fit its malloc block, `EngineTCPTests`). The configured list is far shorter than Int32.max, and a
+/// loop holds far fewer connections, so both numbers always fit.
 struct ChannelList: RandomAccessCollection {
     private struct Entry {
         var channel: Int32
         var position: Int32
+        static let none = Entry(channel: -1, position: -1)
     }
-    private var list = InlineList<Entry>()
+    /// The lone entry (`none` when there is none, or when `spill` holds them all).
+    private var single = Entry.none
+    /// Every entry, once a second one was added; empty otherwise.
+    private var spill: [Entry] = []
 
     init() {}
 
     var startIndex: Int { 0 }
-    var endIndex: Int { list.count }
-    subscript(i: Int) -> Int { Int(list[i].channel) }
+    var endIndex: Int { spill.isEmpty ? (single.channel < 0 ? 0 : 1) : spill.count }
+    subscript(i: Int) -> Int { Int(entry(i).channel) }
+
+    private func entry(_ i: Int) -> Entry {
+        if spill.isEmpty {
+            precondition(i == 0 && single.channel >= 0, "ChannelList index \(i) out of range")
+            return single
+        }
+        return spill[i]
+    }
+
+    private func index(of channel: Int32) -> Int? {
+        if spill.isEmpty { return single.channel == channel && channel >= 0 ? 0 : nil }
+        return spill.firstIndex { $0.channel == channel }
+    }
 
     /// The registry position recorded for `channel`; nil when the channel is not in the list.
     func position(of channel: Int) -> Int? {
-        for i in 0..<list.count where list[i].channel == Int32(truncatingIfNeeded: channel) { return Int(list[i].position) }
-        return nil
+        index(of: Int32(truncatingIfNeeded: channel)).map { Int(entry($0).position) }
     }
 
     /// Records `channel` at `position` (appended when new, updated when there), or removes it (nil).
     mutating func setPosition(_ position: Int?, of channel: Int) {
         let key = Int32(truncatingIfNeeded: channel)
+        let found = index(of: key)
         guard let position else {
-            list.removeAll { $0.channel == key }
+            guard let found else { return }
+            if spill.isEmpty {
+                single = .none
+            } else {
+                spill.remove(at: found)
+                if spill.count == 1 { single = spill[0]; spill = [] }  // back inline: the array is freed
+            }
             return
         }
         let entry = Entry(channel: key, position: Int32(truncatingIfNeeded: position))
-        if let i = (0..<list.count).first(where: { list[$0].channel == key }) {
-            list.update(at: i, entry)
-        } else {
-            list.append(entry)
+        switch (found, spill.isEmpty) {
+        case (let i?, false): spill[i] = entry
+        case (_?, true): single = entry
+        case (nil, true) where single.channel < 0: single = entry
+        case (nil, true): spill = [single, entry]; single = .none
+        case (nil, false): spill.append(entry)
         }
     }
 
-    mutating func removeAll() { list.removeAll() }
 }
