@@ -161,8 +161,12 @@ final class ClientConnection: ConnectionHandler {
     init(context: LoopContext, serial: Int) {
         self.context = context
         self.serial = serial
-        limiter = RateLimiter(context.hub.rateLimit, now: monotonicNanos())
+        limiter = RateLimiter(context.hub.rateLimit, now: context.loop.timers.nowNanos)
     }
+
+    /// The loop iteration's time (read once after `epoll_wait`): what deadlines and the rate limiter count from.
+    /// Up to one iteration old, against deadlines of seconds; a set-up used to read the clock ~17 times (issue 12).
+    private var now: UInt64 { context.loop.timers.nowNanos }
 
     var id: String { "\(context.loop.index)-\(serial)" }
     var hub: HubCore { context.hub }
@@ -170,7 +174,7 @@ final class ClientConnection: ConnectionHandler {
     /// Called right after the engine adopted the socket.
     func start() {
         count(as: .handshaking)
-        phaseDeadline = monotonicNanos() + UInt64(hub.configuration.handshakeTimeoutSeconds) * 1_000_000_000
+        phaseDeadline = now + UInt64(hub.configuration.handshakeTimeoutSeconds) * 1_000_000_000
         armTimer()
     }
 
@@ -318,14 +322,14 @@ final class ClientConnection: ConnectionHandler {
                 return respondHTTP(HTTPError.badRequest("more than one Authorization header").response())
             }
             // The token is read where it lies in the request head: no `String` of it is made.
-            let now = Int64(time(nil))
+            let unixNow = Int64(time(nil))
             let header = authorizations == 0 ? nil : head.headers.firstValueBytes("Authorization")
             let verified = head.withQueryValue("access_token") { query -> Result<VerifiedToken, AuthFailure>? in
                 // No token at all: first-message auth (a browser cannot set headers, and a token in the URL ends up
                 // in logs). The session opens; the first message must be a valid `auth`.
                 if header == nil && query == nil { return nil }
                 return TokenExtraction.withBearerToken(authorizationHeader: header, accessTokenQuery: query) {
-                    hub.verifier.verify(bytes: $0, now: now)
+                    hub.verifier.verify(bytes: $0, now: unixNow)
                 }
             }
             switch verified {
@@ -366,7 +370,7 @@ final class ClientConnection: ConnectionHandler {
         if !awaitingAuth { count(as: .upgraded) }
         phase = .webSocket
         if mode == .echo { connection.maxQueuedBytes = max(connection.maxQueuedBytes, 4 * configuration.maxEchoMessageBytes) }
-        nextPingAt = monotonicNanos() + UInt64(configuration.pingIntervalSeconds) * 1_000_000_000
+        nextPingAt = now + UInt64(configuration.pingIntervalSeconds) * 1_000_000_000
         armTimer()
     }
 
@@ -482,7 +486,7 @@ final class ClientConnection: ConnectionHandler {
     }
 
     private func handleText(_ payload: UnsafeRawBufferPointer) {
-        switch limiter.consume(now: monotonicNanos(), hub.rateLimit) {
+        switch limiter.consume(now: now, hub.rateLimit) {
         case .allowed:
             break
         case .limited(let retryAfter):
@@ -971,7 +975,7 @@ final class ClientConnection: ConnectionHandler {
             timer = .none
             return
         }
-        let now = monotonicNanos()
+        let now = self.now
         let delay = deadline > now ? deadline - now : 0
         if context.loop.timers.reschedule(timer, afterNanos: delay) { return }
         timer = context.loop.timers.schedule(afterNanos: delay) { [self] in timerFired() }
@@ -1016,7 +1020,7 @@ final class ClientConnection: ConnectionHandler {
     private func deadline(forUnixTime t: Int64) -> UInt64 {
         let (remaining, overflow) = t.subtractingReportingOverflow(Int64(time(nil)))
         let seconds = overflow ? (t > 0 ? Self.maxTimerSeconds : 0) : min(Self.maxTimerSeconds, UInt64(max(0, remaining)))
-        return monotonicNanos() &+ seconds * 1_000_000_000
+        return now &+ seconds * 1_000_000_000
     }
 
     static let maxTimerSeconds: UInt64 = 365 * 24 * 3600
