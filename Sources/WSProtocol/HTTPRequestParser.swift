@@ -231,7 +231,7 @@ public struct HTTPRequestParser: Sendable {
 
     public mutating func parse(_ bytes: UnsafeRawBufferPointer) throws(HTTPError) -> HTTPParseResult<HTTPRequestHead> {
         var parsedStart: (String, String, Int, Int)? = nil
-        let consumed = try scanner.feed(bytes) { (line: [UInt8]) throws(HTTPError) in
+        let consumed = try scanner.feed(bytes) { (line: UnsafeRawBufferPointer) throws(HTTPError) in
             parsedStart = try HTTPRequestParser.parseRequestLine(line)
         }
         if let (m, t, ma, mi) = parsedStart { method = m; target = t; major = ma; minor = mi }
@@ -247,15 +247,18 @@ public struct HTTPRequestParser: Sendable {
     }
 
     /// `method SP request-target SP HTTP-version` (RFC 9112 section 3).
-    static func parseRequestLine(_ line: [UInt8]) throws(HTTPError) -> (String, String, Int, Int) {
-        guard let sp1 = line.firstIndex(of: 0x20) else { throw .badRequest("malformed request line") }
-        guard let sp2 = line[(sp1 + 1)...].firstIndex(of: 0x20) else { throw .badRequest("malformed request line") }
-        let method = line[..<sp1], target = line[(sp1 + 1)..<sp2], version = line[(sp2 + 1)...]
+    /// The line as read, where it lies (in the read buffer, or in the scanner's line buffer when it came in parts).
+    static func parseRequestLine(_ line: UnsafeRawBufferPointer) throws(HTTPError) -> (String, String, Int, Int) {
+        guard let sp1 = ByteScan.firstIndex(of: 0x20, in: line, from: 0) else { throw .badRequest("malformed request line") }
+        guard let sp2 = ByteScan.firstIndex(of: 0x20, in: line, from: sp1 + 1) else { throw .badRequest("malformed request line") }
+        let method = UnsafeRawBufferPointer(rebasing: line[..<sp1])
+        let target = UnsafeRawBufferPointer(rebasing: line[(sp1 + 1)..<sp2])
+        let version = line[(sp2 + 1)...]
         guard !method.isEmpty, method.allSatisfy(HTTPHeaders.isTokenChar) else { throw .badRequest("invalid method") }
-        guard !target.isEmpty, target.withUnsafeBytes({ ByteScan.all($0, in: 0x21...0x7E) }) else {
+        guard !target.isEmpty, ByteScan.all(target, in: 0x21...0x7E) else {
             throw .badRequest("invalid request target")
         }
-        let (major, minor) = try parseVersion(version, error: .badRequest("malformed HTTP version"))
+        let (major, minor) = try parseVersion(ArraySlice(version), error: .badRequest("malformed HTTP version"))
         guard major == 1 else { throw .versionNotSupported("HTTP/\(major).\(minor) is not supported") }
         return (String(decoding: method, as: UTF8.self), String(decoding: target, as: UTF8.self), major, minor)
     }
@@ -292,7 +295,7 @@ struct HeadScanner: Sendable {
 
     /// Feeds bytes; returns how many of them complete the head, or nil if all were consumed and more are needed.
     mutating func feed(_ bytes: UnsafeRawBufferPointer,
-                       startLine: ([UInt8]) throws(HTTPError) -> Void) throws(HTTPError) -> Int? {
+                       startLine: (UnsafeRawBufferPointer) throws(HTTPError) -> Void) throws(HTTPError) -> Int? {
         var i = 0
         let count = bytes.count
         while i < count {
@@ -310,8 +313,18 @@ struct HeadScanner: Sendable {
                         throw sawStartLine ? .headerTooLarge("header line longer than \(limits.maxLineLength) bytes") : startLineTooLong
                     }
                 }
-                // A whole header line (or the blank line) in this read, the usual case: parsed where it is, not
-                // copied into `line` first. Its CR and LF count towards the head's size as they would one by one.
+                // A whole start line in this read, the usual case: parsed where it is, not copied into `line`
+                // first (with a token in the query it is a few hundred bytes). Its CR and LF count towards the
+                // head's size as they would one by one.
+                if !sawStartLine && line.isEmpty && run > 0 && j + 1 < count && bytes[j] == 0x0D && bytes[j + 1] == 0x0A {
+                    headSize += run + 2
+                    if headSize > limits.maxHeadSize { throw .headerTooLarge("message head larger than \(limits.maxHeadSize) bytes") }
+                    try startLine(UnsafeRawBufferPointer(rebasing: bytes[i..<j]))
+                    sawStartLine = true
+                    i = j + 2
+                    continue
+                }
+                // Likewise a whole header line (or the blank line).
                 if sawStartLine && line.isEmpty && j + 1 < count && bytes[j] == 0x0D && bytes[j + 1] == 0x0A {
                     headSize += run + 2
                     if headSize > limits.maxHeadSize { throw .headerTooLarge("message head larger than \(limits.maxHeadSize) bytes") }
@@ -363,11 +376,11 @@ struct HeadScanner: Sendable {
     }
 
     /// Returns true when the blank line ending the head was seen.
-    private mutating func endLine(startLine: ([UInt8]) throws(HTTPError) -> Void) throws(HTTPError) -> Bool {
+    private mutating func endLine(startLine: (UnsafeRawBufferPointer) throws(HTTPError) -> Void) throws(HTTPError) -> Bool {
         if !sawStartLine {
             defer { line.removeAll(keepingCapacity: true) }
             guard !line.isEmpty else { throw badLine("empty start line") }
-            try startLine(line)
+            try line.withUnsafeBufferPointer { (raw) throws(HTTPError) in try startLine(UnsafeRawBufferPointer(raw)) }
             sawStartLine = true
             return false
         }

@@ -33,8 +33,8 @@ public struct HTTPResponseParser: Sendable {
 
     public mutating func parse(_ bytes: UnsafeRawBufferPointer) throws(HTTPError) -> HTTPParseResult<HTTPResponseHead> {
         var parsed: (Int, String, Int, Int)? = nil
-        let consumed = try scanner.feed(bytes) { (line: [UInt8]) throws(HTTPError) in
-            parsed = try HTTPResponseParser.parseStatusLine(line)
+        let consumed = try scanner.feed(bytes) { (line: UnsafeRawBufferPointer) throws(HTTPError) in
+            parsed = try HTTPResponseParser.parseStatusLine(Array(line))
         }
         if let (s, r, ma, mi) = parsed { status = s; reason = r; major = ma; minor = mi }
         guard let consumed else { return .needMoreData }
