@@ -132,8 +132,8 @@ final class LoopContext: @unchecked Sendable {
 
     /// Frames `writer`'s JSON as one text frame and writes it to `connection`.
     func sendWriterText(to connection: Connection) -> Connection.WriteResult {
-        let payload = writer.bytes
-        return payload.withUnsafeBytes { sendText($0, to: connection) }
+        // Framed straight from the writer's storage: `writer.bytes` made a copy of every reply first.
+        writer.withBytes { sendText($0, to: connection) }
     }
 
     func sendText(_ payload: UnsafeRawBufferPointer, to connection: Connection) -> Connection.WriteResult {
