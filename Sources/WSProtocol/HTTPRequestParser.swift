@@ -120,37 +120,40 @@ public struct HTTPRequestHead: Sendable {
 
     /// Calls `body` with the first value of `name` as it stands in the target (not yet form-decoded), or nil.
     private func withRawQueryValue<R>(_ name: String, _ body: (UnsafeBufferPointer<UInt8>?) -> R) -> R {
-        // `String ==` is canonical equivalence, under which a non-ASCII key can equal an ASCII name (U+212A KELVIN
-        // SIGN is `K`): bytes decide only between ASCII strings; other keys are decoded and compared as `String`s.
-        // Only the matching value is decoded (this runs once per handshake, for `access_token`).
-        var contiguous = name
-        return contiguous.withUTF8 { nameBytes in
-            let nameIsASCII = ByteScan.all(UnsafeRawBufferPointer(nameBytes), in: 0...0x7F)
-            func scan(_ q: UnsafeBufferPointer<UInt8>) -> UnsafeBufferPointer<UInt8>? {
-                let raw = UnsafeRawBufferPointer(q)
-                var i = 0
-                while i < q.count {
-                    let end = ByteScan.firstIndex(of: UInt8(ascii: "&"), in: raw, from: i) ?? q.count
-                    if end > i {
-                        let eq = ByteScan.firstIndex(of: UInt8(ascii: "="), in: UnsafeRawBufferPointer(rebasing: raw[..<end]), from: i) ?? end
-                        let key = UnsafeBufferPointer(rebasing: q[i..<eq])
-                        let plain = nameIsASCII && !key.contains { $0 == UInt8(ascii: "%") || $0 == UInt8(ascii: "+") || $0 >= 0x80 }
-                        if plain ? key.elementsEqual(nameBytes) : Self.formDecode(key) == name {
-                            return UnsafeBufferPointer(rebasing: q[min(eq + 1, end)..<end])
-                        }
-                    }
-                    i = end + 1
-                }
-                return nil
+        var utf8 = name, target = self.target
+        return utf8.withUTF8 { nameBytes in
+            target.withUTF8 { targetBytes in
+                let range = Self.queryValueRange(named: nameBytes, name, in: targetBytes)
+                return body(range.map { UnsafeBufferPointer(rebasing: targetBytes[$0]) })
             }
-            // The query is the target after its first `?` (in absolute form too: an authority has no `?`).
-            func scanQuery(_ target: UnsafeBufferPointer<UInt8>) -> R {
-                guard let q = target.firstIndex(of: UInt8(ascii: "?")) else { return body(nil) }
-                return body(scan(UnsafeBufferPointer(rebasing: target[(q + 1)...])))
-            }
-            var target = self.target
-            return target.withUTF8(scanQuery)
         }
+    }
+
+    /// Where the first value of `name` (`nameBytes`, its UTF-8) is in `target`, undecoded; nil when absent.
+    /// `String ==` is canonical equivalence, under which a non-ASCII key can equal an ASCII name (U+212A KELVIN
+    /// SIGN is `K`): bytes decide only between ASCII strings; other keys are decoded and compared as `String`s.
+    /// Only the matching value is decoded (this runs once per handshake, for `access_token`). A function of its
+    /// own, not a closure nested in `withRawQueryValue`: that one cost an allocation per call.
+    private static func queryValueRange(named nameBytes: UnsafeBufferPointer<UInt8>, _ name: String,
+                                        in target: UnsafeBufferPointer<UInt8>) -> Range<Int>? {
+        // The query is the target after its first `?` (in absolute form too: an authority has no `?`).
+        let raw = UnsafeRawBufferPointer(target)
+        guard let q = ByteScan.firstIndex(of: UInt8(ascii: "?"), in: raw, from: 0) else { return nil }
+        let nameIsASCII = ByteScan.all(UnsafeRawBufferPointer(nameBytes), in: 0...0x7F)
+        var i = q + 1
+        while i < target.count {
+            let end = ByteScan.firstIndex(of: UInt8(ascii: "&"), in: raw, from: i) ?? target.count
+            if end > i {
+                let eq = ByteScan.firstIndex(of: UInt8(ascii: "="), in: UnsafeRawBufferPointer(rebasing: raw[..<end]), from: i) ?? end
+                let key = UnsafeBufferPointer(rebasing: target[i..<eq])
+                let plain = nameIsASCII && !key.contains { $0 == UInt8(ascii: "%") || $0 == UInt8(ascii: "+") || $0 >= 0x80 }
+                if plain ? key.elementsEqual(nameBytes) : formDecode(key) == name {
+                    return min(eq + 1, end)..<end
+                }
+            }
+            i = end + 1
+        }
+        return nil
     }
 
     /// `formDecode` of a buffer: the search for something to decode is two `memchr`s.
