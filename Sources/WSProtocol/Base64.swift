@@ -22,6 +22,23 @@ enum Base64 {
         }
     }
 
+    /// Writes the encoding of `bytes` to `dst` (room for `(bytes.count + 2) / 3 * 4` bytes); returns its length.
+    static func encode(_ bytes: UnsafeBufferPointer<UInt8>, to dst: UnsafeMutablePointer<UInt8>) -> Int {
+        var o = 0, i = 0
+        let n = bytes.count
+        while i < n {
+            let b0 = bytes[i], b1: UInt8? = i + 1 < n ? bytes[i + 1] : nil, b2: UInt8? = i + 2 < n ? bytes[i + 2] : nil
+            let v = UInt32(b0) << 16 | UInt32(b1 ?? 0) << 8 | UInt32(b2 ?? 0)
+            dst[o] = alphabet[Int(v >> 18 & 63)]
+            dst[o + 1] = alphabet[Int(v >> 12 & 63)]
+            dst[o + 2] = b1 == nil ? UInt8(ascii: "=") : alphabet[Int(v >> 6 & 63)]
+            dst[o + 3] = b2 == nil ? UInt8(ascii: "=") : alphabet[Int(v & 63)]
+            i += 3
+            o += 4
+        }
+        return o
+    }
+
     /// Strict decoding: length a multiple of 4, padding only at the end, unused bits zero. Nil otherwise.
     static func decode(_ string: String) -> [UInt8]? {
         var out: [UInt8] = []

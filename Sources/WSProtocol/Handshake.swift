@@ -99,6 +99,26 @@ struct ExtensionListParser {
     }
 }
 
+/// Writes bytes one after another into a buffer, never past its end (whatever a caller's count said).
+struct ByteCursor {
+    let out: UnsafeMutableRawBufferPointer
+    private(set) var offset = 0
+    init(_ out: UnsafeMutableRawBufferPointer) { self.out = out }
+
+    mutating func put(_ bytes: UnsafeRawBufferPointer) {
+        guard let source = bytes.baseAddress, let base = out.baseAddress, offset + bytes.count <= out.count else { return }
+        (base + offset).copyMemory(from: source, byteCount: bytes.count)
+        offset += bytes.count
+    }
+
+    mutating func put(_ text: StaticString) { put(UnsafeRawBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount)) }
+
+    mutating func put(_ text: String) {
+        var text = text
+        text.withUTF8 { put(UnsafeRawBufferPointer($0)) }
+    }
+}
+
 /// A request that passed ``WebSocketHandshake/validateUpgrade(_:)``.
 public struct UpgradeRequest: Sendable {
     /// The `Sec-WebSocket-Key` value as sent (validated: Base64 of 16 bytes).
@@ -126,13 +146,47 @@ public enum WebSocketHandshake {
     /// Appends `Sec-WebSocket-Accept` for a key to `out`: the key and the GUID are hashed from a stack buffer and
     /// the digest is encoded in place (a `String` concatenation, two arrays and a `String` before; issue 12).
     static func appendAcceptValue(forKey key: ArraySlice<UInt8>, to out: inout [UInt8]) {
+        withAcceptValue(forKey: key) { out.append(contentsOf: $0) }
+    }
+
+    /// Calls `body` with `Sec-WebSocket-Accept` for a key (28 bytes), made in a stack buffer.
+    static func withAcceptValue<R>(forKey key: ArraySlice<UInt8>, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
         let guidBytes = UnsafeBufferPointer(start: guid.utf8Start, count: guid.utf8CodeUnitCount)
-        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: key.count + guidBytes.count + 20) { buffer in
+        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: key.count + guidBytes.count + 20 + 28) { buffer in
             var n = key.withUnsafeBufferPointer { UnsafeMutableBufferPointer(rebasing: buffer[...]).initialize(from: $0).1 }
             n += UnsafeMutableBufferPointer(rebasing: buffer[n...]).initialize(from: guidBytes).1
             let digest = UnsafeMutableBufferPointer(rebasing: buffer[n..<(n + 20)])
             SHA1.hash(UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: buffer[..<n])), into: UnsafeMutableRawBufferPointer(digest))
-            Base64.encode(UnsafeBufferPointer(digest), into: &out)
+            let text = buffer.baseAddress! + n + 20  // the buffer is not empty: it holds at least the GUID
+            let count = Base64.encode(UnsafeBufferPointer(digest), to: text)
+            return body(UnsafeBufferPointer(start: text, count: count))
+        }
+    }
+
+    /// The same 101 response as `response101(key:subprotocol:extensions:)`, written into a buffer made at its final
+    /// size by `make` (called once with the size and a function that fills a buffer of that size): the hub's outbound
+    /// chunk, without an array to copy it from (issue 12).
+    public static func response101<R>(key: ArraySlice<UInt8>, subprotocol: String?, extensions: String?,
+                                      make: (Int, (UnsafeMutableRawBufferPointer) -> Void) -> R) -> R {
+        let statusAndAccept: StaticString = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: "
+        let protocolName: StaticString = "Sec-WebSocket-Protocol: "
+        let extensionsName: StaticString = "Sec-WebSocket-Extensions: "
+        let crlf: StaticString = "\r\n"  // typed: a bare literal would pick `put(String)`
+        return withAcceptValue(forKey: key) { accept in
+            var count = statusAndAccept.utf8CodeUnitCount + accept.count + 2 + 2
+            if let subprotocol { count += protocolName.utf8CodeUnitCount + subprotocol.utf8.count + 2 }
+            if let extensions { count += extensionsName.utf8CodeUnitCount + extensions.utf8.count + 2 }
+            return make(count) { out in
+                var w = ByteCursor(out)
+                w.put(statusAndAccept)
+                w.put(UnsafeRawBufferPointer(accept))
+                w.put(crlf)
+                if let subprotocol { w.put(protocolName); w.put(subprotocol); w.put(crlf) }
+                if let extensions { w.put(extensionsName); w.put(extensions); w.put(crlf) }
+                w.put(crlf)
+                let o = w.offset
+                assert(o == count, "101 response: wrote \(o) of \(count) bytes")
+            }
         }
     }
 

@@ -17,12 +17,40 @@ import Testing
         "Connection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n")
 }
 
+/// The 101 written into a buffer made at its size (the hub's outbound chunk) is the array form's, byte for byte, with
+/// and without a subprotocol and extensions, for keys of several lengths; the size asked for is the size written.
+@Test func response101IntoABufferMatchesTheArray() {
+    for key in ["dGhlIHNhbXBsZSBub25jZQ==", "AAAAAAAAAAAAAAAAAAAAAA==", "x3JJHMbDL1EzLkh9GBhXDw=="] {
+        for subprotocol in [nil, "chat", "hub.v1"] as [String?] {
+            for extensions in [nil, "permessage-deflate; client_max_window_bits=10"] as [String?] {
+                let keyBytes = Array(key.utf8)[...]
+                let array = WebSocketHandshake.response101(key: keyBytes, subprotocol: subprotocol, extensions: extensions)
+                let written = WebSocketHandshake.response101(key: keyBytes, subprotocol: subprotocol, extensions: extensions) {
+                    count, fill -> [UInt8] in
+                    var out = [UInt8](repeating: 0xAA, count: count)
+                    out.withUnsafeMutableBytes { fill($0) }
+                    return out
+                }
+                #expect(written == array, "\(key) \(String(describing: subprotocol)) \(String(describing: extensions))")
+            }
+        }
+    }
+}
+
 @Test func sha1AndBase64Vectors() {
     #expect(Base64.encode(SHA1.hash(Array("abc".utf8))) == "qZk+NkcGgWq6PiVxeFDCbJzQ2J0=")
     #expect(Base64.encode(Array("".utf8)) == "")
     #expect(Base64.encode(Array("f".utf8)) == "Zg==")
     #expect(Base64.encode(Array("fo".utf8)) == "Zm8=")
     #expect(Base64.encode(Array("foobar".utf8)) == "Zm9vYmFy")
+    for length in 0...40 {  // the pointer form agrees with the array form, padding included
+        let input = (0..<length).map { UInt8(truncatingIfNeeded: $0 &* 37 &+ 11) }
+        var out = [UInt8](repeating: 0, count: (length + 2) / 3 * 4)
+        let n = input.withUnsafeBufferPointer { src in
+            out.withUnsafeMutableBufferPointer { dst in dst.baseAddress.map { Base64.encode(src, to: $0) } ?? 0 }
+        }
+        #expect(n == out.count && String(decoding: out, as: UTF8.self) == Base64.encode(input), "length \(length)")
+    }
     #expect(Base64.decode("Zm8=") == Array("fo".utf8))
     #expect(Base64.decode("Zg==") == Array("f".utf8))
     for bad in ["Zg=", "Z===", "Zh==", "Zm9=", "Zg==Zg==", "Zm 8", "Zm8*"] { #expect(Base64.decode(bad) == nil, "\(bad)") }

@@ -365,8 +365,10 @@ final class ClientConnection: ConnectionHandler {
         // Our protocol's name when offered; anything else is declined by leaving the header out (RFC 6455 §4.2.2):
         // the client then decides, the handshake does not fail here.
         let subprotocol = mode == .hub && request.subprotocols.contains(Self.subprotocol) ? Self.subprotocol : nil
-        let response = WebSocketHandshake.response101(key: request.keyBytes, subprotocol: subprotocol, extensions: extensionsHeader)
-        response.withUnsafeBytes { _ = connection.write(copying: $0) }
+        // Written straight into the outbound chunk (no array copied into it).
+        _ = WebSocketHandshake.response101(key: request.keyBytes, subprotocol: subprotocol, extensions: extensionsHeader) { count, fill in
+            connection.write(SharedBytes(count: count, initializingWith: fill))
+        }
         if !awaitingAuth { count(as: .upgraded) }
         phase = .webSocket
         if mode == .echo { connection.maxQueuedBytes = max(connection.maxQueuedBytes, 4 * configuration.maxEchoMessageBytes) }
