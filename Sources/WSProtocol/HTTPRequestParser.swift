@@ -261,9 +261,17 @@ public struct HTTPRequestParser: Sendable {
         guard !target.isEmpty, ByteScan.all(target, in: 0x21...0x7E) else {
             throw .badRequest("invalid request target")
         }
-        let (major, minor) = try parseVersion(ArraySlice(version), error: .badRequest("malformed HTTP version"))
+        let (major, minor) = try parseVersion(UnsafeRawBufferPointer(rebasing: version), error: .badRequest("malformed HTTP version"))
         guard major == 1 else { throw .versionNotSupported("HTTP/\(major).\(minor) is not supported") }
         return (String(decoding: method, as: UTF8.self), String(decoding: target, as: UTF8.self), major, minor)
+    }
+
+    /// `HTTP/D.D`, exactly (in place: no array made of the request line's last 8 bytes).
+    static func parseVersion(_ v: UnsafeRawBufferPointer, error: HTTPError) throws(HTTPError) -> (Int, Int) {
+        guard v.count == 8, v.starts(with: "HTTP/".utf8) else { throw error }
+        let d1 = v[5], dot = v[6], d2 = v[7]
+        guard (0x30...0x39) ~= d1, dot == UInt8(ascii: "."), (0x30...0x39) ~= d2 else { throw error }
+        return (Int(d1 - 0x30), Int(d2 - 0x30))
     }
 
     /// `HTTP/D.D`, exactly.
