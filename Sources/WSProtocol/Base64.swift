@@ -10,15 +10,14 @@ enum Base64 {
 
     /// Appends the encoding of `bytes` to `out`.
     static func encode<C: Collection<UInt8>>(_ bytes: C, into out: inout [UInt8]) {
-        out.reserveCapacity(out.count + (bytes.count + 2) / 3 * 4)
-        var it = bytes.makeIterator()
-        while let b0 = it.next() {
-            let b1 = it.next(), b2 = it.next()
-            let n = UInt32(b0) << 16 | UInt32(b1 ?? 0) << 8 | UInt32(b2 ?? 0)
-            out.append(alphabet[Int(n >> 18 & 63)])
-            out.append(alphabet[Int(n >> 12 & 63)])
-            out.append(b1 == nil ? UInt8(ascii: "=") : alphabet[Int(n >> 6 & 63)])
-            out.append(b2 == nil ? UInt8(ascii: "=") : alphabet[Int(n & 63)])
+        let input = Array(bytes)
+        let start = out.count, count = (input.count + 2) / 3 * 4
+        guard count > 0 else { return }
+        out.append(contentsOf: repeatElement(0, count: count))
+        out.withUnsafeMutableBufferPointer { dst in
+            input.withUnsafeBufferPointer { src in
+                if let base = dst.baseAddress { _ = encode(src, to: base + start) }  // not empty: `count` > 0
+            }
         }
     }
 

@@ -266,18 +266,10 @@ public struct HTTPRequestParser: Sendable {
         return (String(decoding: method, as: UTF8.self), String(decoding: target, as: UTF8.self), major, minor)
     }
 
-    /// `HTTP/D.D`, exactly (in place: no array made of the request line's last 8 bytes).
+    /// `HTTP/D.D`, exactly (read in place in the start line).
     static func parseVersion(_ v: UnsafeRawBufferPointer, error: HTTPError) throws(HTTPError) -> (Int, Int) {
         guard v.count == 8, v.starts(with: "HTTP/".utf8) else { throw error }
         let d1 = v[5], dot = v[6], d2 = v[7]
-        guard (0x30...0x39) ~= d1, dot == UInt8(ascii: "."), (0x30...0x39) ~= d2 else { throw error }
-        return (Int(d1 - 0x30), Int(d2 - 0x30))
-    }
-
-    /// `HTTP/D.D`, exactly.
-    static func parseVersion(_ v: ArraySlice<UInt8>, error: HTTPError) throws(HTTPError) -> (Int, Int) {
-        guard v.count == 8, v.starts(with: "HTTP/".utf8) else { throw error }
-        let d1 = v[v.startIndex + 5], dot = v[v.startIndex + 6], d2 = v[v.startIndex + 7]
         guard (0x30...0x39) ~= d1, dot == UInt8(ascii: "."), (0x30...0x39) ~= d2 else { throw error }
         return (Int(d1 - 0x30), Int(d2 - 0x30))
     }

@@ -34,7 +34,7 @@ public struct HTTPResponseParser: Sendable {
     public mutating func parse(_ bytes: UnsafeRawBufferPointer) throws(HTTPError) -> HTTPParseResult<HTTPResponseHead> {
         var parsed: (Int, String, Int, Int)? = nil
         let consumed = try scanner.feed(bytes) { (line: UnsafeRawBufferPointer) throws(HTTPError) in
-            parsed = try HTTPResponseParser.parseStatusLine(Array(line))
+            parsed = try HTTPResponseParser.parseStatusLine(line)
         }
         if let (s, r, ma, mi) = parsed { status = s; reason = r; major = ma; minor = mi }
         guard let consumed else { return .needMoreData }
@@ -49,10 +49,10 @@ public struct HTTPResponseParser: Sendable {
     }
 
     /// `HTTP-version SP 3DIGIT SP [reason]` (RFC 9112 section 4; a missing final SP is tolerated).
-    static func parseStatusLine(_ line: [UInt8]) throws(HTTPError) -> (Int, String, Int, Int) {
+    static func parseStatusLine(_ line: UnsafeRawBufferPointer) throws(HTTPError) -> (Int, String, Int, Int) {
         let bad = HTTPError.badResponse("malformed status line")
         guard line.count >= 12, line[8] == 0x20 else { throw bad }
-        let (major, minor) = try HTTPRequestParser.parseVersion(line[0..<8], error: bad)
+        let (major, minor) = try HTTPRequestParser.parseVersion(UnsafeRawBufferPointer(rebasing: line[0..<8]), error: bad)
         guard major == 1 else { throw bad }
         let digits = line[9..<12]
         guard digits.allSatisfy({ (0x30...0x39) ~= $0 }) else { throw bad }

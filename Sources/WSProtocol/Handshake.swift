@@ -138,18 +138,11 @@ public enum WebSocketHandshake {
 
     /// `Sec-WebSocket-Accept` for a key: Base64(SHA-1(key + GUID)).
     public static func acceptValue(forKey key: String) -> String {
-        var out: [UInt8] = []
-        appendAcceptValue(forKey: Array(key.utf8)[...], to: &out)
-        return String(decoding: out, as: UTF8.self)
+        withAcceptValue(forKey: Array(key.utf8)[...]) { String(decoding: $0, as: UTF8.self) }
     }
 
-    /// Appends `Sec-WebSocket-Accept` for a key to `out`: the key and the GUID are hashed from a stack buffer and
-    /// the digest is encoded in place (a `String` concatenation, two arrays and a `String` before; issue 12).
-    static func appendAcceptValue(forKey key: ArraySlice<UInt8>, to out: inout [UInt8]) {
-        withAcceptValue(forKey: key) { out.append(contentsOf: $0) }
-    }
-
-    /// Calls `body` with `Sec-WebSocket-Accept` for a key (28 bytes), made in a stack buffer.
+    /// Calls `body` with `Sec-WebSocket-Accept` for a key (28 bytes): the key and the GUID are hashed from a stack
+    /// buffer and the digest is encoded in it (a `String` concatenation, two arrays and a `String` before; issue 12).
     static func withAcceptValue<R>(forKey key: ArraySlice<UInt8>, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
         let guidBytes = UnsafeBufferPointer(start: guid.utf8Start, count: guid.utf8CodeUnitCount)
         return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: key.count + guidBytes.count + 20 + 28) { buffer in
@@ -163,19 +156,21 @@ public enum WebSocketHandshake {
         }
     }
 
-    /// The same 101 response as `response101(key:subprotocol:extensions:)`, written into a buffer made at its final
-    /// size by `make` (called once with the size and a function that fills a buffer of that size): the hub's outbound
+    /// The `101 Switching Protocols` response completing the handshake, written into a buffer made at its final size
+    /// by `make` (called once with the size and a function that fills a buffer of that size): the hub's outbound
     /// chunk, without an array to copy it from (issue 12).
     public static func response101<R>(key: ArraySlice<UInt8>, subprotocol: String?, extensions: String?,
+                                      extraHeaders: [(String, String)] = [],
                                       make: (Int, (UnsafeMutableRawBufferPointer) -> Void) -> R) -> R {
         let statusAndAccept: StaticString = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: "
         let protocolName: StaticString = "Sec-WebSocket-Protocol: "
         let extensionsName: StaticString = "Sec-WebSocket-Extensions: "
-        let crlf: StaticString = "\r\n"  // typed: a bare literal would pick `put(String)`
+        let crlf: StaticString = "\r\n", colon: StaticString = ": "  // typed: a bare literal would pick `put(String)`
         return withAcceptValue(forKey: key) { accept in
             var count = statusAndAccept.utf8CodeUnitCount + accept.count + 2 + 2
             if let subprotocol { count += protocolName.utf8CodeUnitCount + subprotocol.utf8.count + 2 }
             if let extensions { count += extensionsName.utf8CodeUnitCount + extensions.utf8.count + 2 }
+            for (name, value) in extraHeaders { count += name.utf8.count + 2 + value.utf8.count + 2 }
             return make(count) { out in
                 var w = ByteCursor(out)
                 w.put(statusAndAccept)
@@ -183,6 +178,7 @@ public enum WebSocketHandshake {
                 w.put(crlf)
                 if let subprotocol { w.put(protocolName); w.put(subprotocol); w.put(crlf) }
                 if let extensions { w.put(extensionsName); w.put(extensions); w.put(crlf) }
+                for (name, value) in extraHeaders { w.put(name); w.put(colon); w.put(value); w.put(crlf) }
                 w.put(crlf)
                 let o = w.offset
                 assert(o == count, "101 response: wrote \(o) of \(count) bytes")
@@ -241,33 +237,13 @@ public enum WebSocketHandshake {
         supported.first { offered.contains($0) }
     }
 
-    /// The `101 Switching Protocols` response completing the handshake.
+    /// The same response as an array (the client's tests and the fuzz target's checks).
     public static func response101(key: ArraySlice<UInt8>, subprotocol: String?, extensions: String?,
                                    extraHeaders: [(String, String)] = []) -> [UInt8] {
-        // Bytes appended in place: one allocation (string interpolation and `Array(head.utf8)` made several).
-        var out: [UInt8] = []
-        out.reserveCapacity(256)  // 161 bytes with `Sec-WebSocket-Protocol: hub.v1`: 160 made it grow once
-        func add(_ text: StaticString) { out.append(contentsOf: UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount)) }
-        add("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ")
-        appendAcceptValue(forKey: key, to: &out)
-        add("\r\n")
-        if let subprotocol {
-            add("Sec-WebSocket-Protocol: ")
-            out.append(contentsOf: subprotocol.utf8)
-            add("\r\n")
+        response101(key: key, subprotocol: subprotocol, extensions: extensions, extraHeaders: extraHeaders) { count, fill in
+            var out = [UInt8](repeating: 0, count: count)
+            out.withUnsafeMutableBytes(fill)
+            return out
         }
-        if let extensions {
-            add("Sec-WebSocket-Extensions: ")
-            out.append(contentsOf: extensions.utf8)
-            add("\r\n")
-        }
-        for (name, value) in extraHeaders {
-            out.append(contentsOf: name.utf8)
-            add(": ")
-            out.append(contentsOf: value.utf8)
-            add("\r\n")
-        }
-        add("\r\n")
-        return out
     }
 }

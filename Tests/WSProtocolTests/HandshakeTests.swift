@@ -1,3 +1,4 @@
+import Foundation
 import Testing
 @testable import WSProtocol
 
@@ -17,21 +18,29 @@ import Testing
         "Connection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n")
 }
 
-/// The 101 written into a buffer made at its size (the hub's outbound chunk) is the array form's, byte for byte, with
-/// and without a subprotocol and extensions, for keys of several lengths; the size asked for is the size written.
-@Test func response101IntoABufferMatchesTheArray() {
+/// The 101 written into a buffer made at its size (the hub's outbound chunk): the size asked for is the size written
+/// (a buffer pre-filled with 0xAA keeps none of it) and the bytes are the response spelled out by hand, with and
+/// without a subprotocol, extensions and an extra header, for keys of several lengths.
+@Test func response101IntoABufferIsExactlyTheResponse() {
     for key in ["dGhlIHNhbXBsZSBub25jZQ==", "AAAAAAAAAAAAAAAAAAAAAA==", "x3JJHMbDL1EzLkh9GBhXDw=="] {
         for subprotocol in [nil, "chat", "hub.v1"] as [String?] {
             for extensions in [nil, "permessage-deflate; client_max_window_bits=10"] as [String?] {
-                let keyBytes = Array(key.utf8)[...]
-                let array = WebSocketHandshake.response101(key: keyBytes, subprotocol: subprotocol, extensions: extensions)
-                let written = WebSocketHandshake.response101(key: keyBytes, subprotocol: subprotocol, extensions: extensions) {
-                    count, fill -> [UInt8] in
-                    var out = [UInt8](repeating: 0xAA, count: count)
-                    out.withUnsafeMutableBytes { fill($0) }
-                    return out
+                for extra in [[], [("X-Hub", "1")]] as [[(String, String)]] {
+                    var expected = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                        + "Sec-WebSocket-Accept: \(WebSocketHandshake.acceptValue(forKey: key))\r\n"
+                    if let subprotocol { expected += "Sec-WebSocket-Protocol: \(subprotocol)\r\n" }
+                    if let extensions { expected += "Sec-WebSocket-Extensions: \(extensions)\r\n" }
+                    for (name, value) in extra { expected += "\(name): \(value)\r\n" }
+                    expected += "\r\n"
+                    let written = WebSocketHandshake.response101(key: Array(key.utf8)[...], subprotocol: subprotocol,
+                                                                 extensions: extensions, extraHeaders: extra) {
+                        count, fill -> [UInt8] in
+                        var out = [UInt8](repeating: 0xAA, count: count)
+                        out.withUnsafeMutableBytes { fill($0) }
+                        return out
+                    }
+                    #expect(written == Array(expected.utf8), "\(key) \(String(describing: subprotocol)) \(String(describing: extensions))")
                 }
-                #expect(written == array, "\(key) \(String(describing: subprotocol)) \(String(describing: extensions))")
             }
         }
     }
@@ -43,13 +52,18 @@ import Testing
     #expect(Base64.encode(Array("f".utf8)) == "Zg==")
     #expect(Base64.encode(Array("fo".utf8)) == "Zm8=")
     #expect(Base64.encode(Array("foobar".utf8)) == "Zm9vYmFy")
-    for length in 0...40 {  // the pointer form agrees with the array form, padding included
+    for length in 0...40 {  // both forms (one loop) against Foundation's encoder, padding included
         let input = (0..<length).map { UInt8(truncatingIfNeeded: $0 &* 37 &+ 11) }
+        let expected = Data(input).base64EncodedString()
         var out = [UInt8](repeating: 0, count: (length + 2) / 3 * 4)
         let n = input.withUnsafeBufferPointer { src in
             out.withUnsafeMutableBufferPointer { dst in dst.baseAddress.map { Base64.encode(src, to: $0) } ?? 0 }
         }
-        #expect(n == out.count && String(decoding: out, as: UTF8.self) == Base64.encode(input), "length \(length)")
+        #expect(n == out.count && String(decoding: out, as: UTF8.self) == expected, "length \(length)")
+        var appended = Array("prefix".utf8)
+        Base64.encode(input, into: &appended)
+        #expect(appended == Array(("prefix" + expected).utf8), "length \(length)")
+        #expect(Base64.encode(input) == expected, "length \(length)")
     }
     #expect(Base64.decode("Zm8=") == Array("fo".utf8))
     #expect(Base64.decode("Zg==") == Array("f".utf8))
@@ -57,16 +71,15 @@ import Testing
 }
 
 /// The accept value is hashed and encoded in place from the key's bytes; checked against the definition,
-/// Base64(SHA-1(key + GUID)) built from `String`s and arrays, for keys of every length up to 64.
+/// Base64(SHA-1(key + GUID)) built from `String`s and arrays (Foundation's Base64), for keys of every length up to 64.
 @Test func acceptValueMatchesItsDefinition() {
     var rng = SystemRandomNumberGenerator()
     for length in 0...64 {
         let key = String((0..<length).map { _ in Character(Unicode.Scalar(UInt8.random(in: 0x21...0x7E, using: &rng))) })
-        let expected = Base64.encode(SHA1.hash(Array((key + "\(WebSocketHandshake.guid)").utf8)))
+        let expected = Data(SHA1.hash(Array((key + "\(WebSocketHandshake.guid)").utf8))).base64EncodedString()
         #expect(WebSocketHandshake.acceptValue(forKey: key) == expected, "\(key)")
-        var out = Array("prefix".utf8)
-        WebSocketHandshake.appendAcceptValue(forKey: Array(key.utf8)[...], to: &out)
-        #expect(out == Array(("prefix" + expected).utf8))
+        let bytes = WebSocketHandshake.withAcceptValue(forKey: Array(key.utf8)[...]) { Array($0) }
+        #expect(bytes == Array(expected.utf8))
     }
 }
 
