@@ -141,3 +141,67 @@ let canonicallyEquivalentPairs: [(String, String)] = [
         #expect(try ws.isQuiet(for: 0.2), "the connection was not closed")
     }
 }
+
+/// Names and other ids on every input path compare by bytes too (the second red team found `since` keys matched
+/// with `String` ==): a subscribe's channel list and its `since` keys, the allowed origins, and the token's
+/// `iss` and `aud` against the configured ones. Each pair below is canonically equivalent and byte-distinct.
+@Suite struct IntegrationExactNamesTests {
+    /// `"since":{"\u212Ax":…}` with `"channels":["Kx"]` was accepted as Kx's position. It names a channel the
+    /// subscribe does not list: VALIDATION_ERROR. Listing both spellings is not one channel either: the one not
+    /// configured is unknown, and nothing is subscribed.
+    @Test func sinceKeysAndChannelListsMatchByBytes() throws {
+        let hub = try HubProcess(["--channels", "Kx,wallet_updates"])
+        let ws = try hub.client("acc_1")
+        let position = #"{"epoch":"e","seq":0,"broadcastSeq":0}"#
+        try ws.send(text: #"{"type":"subscribe","channels":["Kx"],"since":{"\u212Ax":\#(position)},"id":"a"}"#)
+        let refused = try ws.nextJSON()
+        let error = refused["error"] as? [String: Any]
+        #expect(error?["code"] as? String == "VALIDATION_ERROR" && (error?["message"] as? String)?.contains("not in \"channels\"") == true,
+                "\(refused)")
+        try ws.send(text: #"{"type":"subscribe","channels":["Kx","\u212Ax"],"id":"b"}"#)
+        let unknown = try ws.nextJSON()
+        #expect(unknown["id"] as? String == "b" && ((unknown["error"] as? [String: Any])?["details"] as? [String: Any])?["unknownChannels"] as? [String] == ["\u{212A}x"],
+                "\(unknown)")
+        // The exact spelling works, with its since.
+        try ws.send(text: #"{"type":"subscribe","channels":["Kx"],"since":{"Kx":\#(position)},"id":"c"}"#)
+        let subscribed = try ws.nextJSON()
+        #expect(subscribed["type"] as? String == "subscribed" && subscribed["channels"] as? [String] == ["Kx"], "\(subscribed)")
+    }
+
+    /// An allowed origin is matched by bytes with ASCII case folded: KELVIN SIGN lowercases to "k" under Unicode
+    /// rules, and a decomposed "é" is canonically "é"; neither is the allowed origin.
+    @Test func allowedOriginsMatchByBytes() throws {
+        let hub = try HubProcess(["--allowed-origins", "https://kiosk.example.com,https://caf\u{E9}.example"])
+        func status(_ origin: String) throws -> Int? {
+            do {
+                _ = try hub.client("acc_1", headers: [("Origin", origin)])
+                return 101
+            } catch {
+                return "\(error)".contains("403") ? 403 : nil
+            }
+        }
+        #expect(try status("https://kiosk.example.com") == 101)
+        #expect(try status("HTTPS://KIOSK.EXAMPLE.COM") == 101)
+        #expect(try status("https://\u{212A}iosk.example.com") == 403)
+        #expect(try status("https://caf\u{E9}.example") == 101)
+        #expect(try status("https://cafe\u{301}.example") == 403)
+    }
+
+    /// RFC 7519 §7.3: `iss` and `aud` compare without normalisation.
+    @Test func issuerAndAudienceMatchByBytes() throws {
+        let hub = try HubProcess(["--jwt-issuer", "caf\u{E9}", "--jwt-audience", "\u{C5}pp"])
+        let signer = try JWTSigner(key: .hmacSecret(try hub.secret()))
+        func token(iss: String, aud: String) throws -> String {
+            try signer.sign(JWTClaims(sub: "acc_1", exp: Int64(time(nil)) + 600, iat: Int64(time(nil)), iss: iss, aud: [aud]))
+        }
+        #expect(throws: Never.self) { try hub.client("acc_1", token: try token(iss: "caf\u{E9}", aud: "\u{C5}pp")) }
+        for (iss, aud, reason) in [("cafe\u{301}", "\u{C5}pp", "issuer"), ("caf\u{E9}", "\u{212B}pp", "aud")] {
+            do {
+                _ = try hub.client("acc_1", token: try token(iss: iss, aud: aud))
+                Issue.record("a token with iss \(iss) and aud \(aud) was accepted")
+            } catch {
+                #expect("\(error)".contains("401") && "\(error)".contains(reason), "\(error)")
+            }
+        }
+    }
+}

@@ -208,9 +208,15 @@ struct ProtocolSocketTests {
 
     @Test func callerValidation() throws {
         let p = PublishRequest(channel: "nope", target: .account("a"), type: "t", data: 0..<100)
-        let configured: Set<String> = ["wallet_updates"]
+        let configured = ["wallet_updates"]
         #expect(throws: SocketRequestError(.unknownChannel, "channel \"nope\" is not configured", id: RawJSON("1"))) {
             try p.validate(channels: configured, maxEventBytes: 1000, id: RawJSON("1"))
+        }
+        // Names match by bytes: KELVIN SIGN + "x" is canonically equivalent to "Kx", and not configured.
+        let kelvin = PublishRequest(channel: "\u{212A}x", target: .account("a"), type: "t", data: 0..<10)
+        #expect("\u{212A}x" == "Kx")  // what String == says, and why it is not used
+        #expect(throws: SocketRequestError(.unknownChannel, "channel \"\u{212A}x\" is not configured", id: nil)) {
+            try kelvin.validate(channels: ["Kx"], maxEventBytes: 1000, id: nil)
         }
         // Size: payload = 39 + 1 ("t") + 14 + 20 (max seq digits) + data; header 2 below 126 bytes, 4 above.
         var q = PublishRequest(channel: "wallet_updates", target: .account("a"), type: "t", data: 0..<50)

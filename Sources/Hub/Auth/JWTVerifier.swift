@@ -132,7 +132,7 @@ public struct JWTVerifier: Sendable {
         guard let algValue = header[0], let alg = header.string(algValue) else {
             throw AuthFailure(.malformed, "access token header has no alg")
         }
-        guard alg == algorithm.rawValue else {
+        guard ExactString(alg) == ExactString(algorithm.rawValue) else {
             throw AuthFailure(.algorithmNotAllowed, "access token algorithm is not accepted; this hub requires \(algorithm.rawValue)")
         }
         if let typValue = header[1] {
@@ -209,7 +209,8 @@ public struct JWTVerifier: Sendable {
             }
             tokenIssuer = value
         }
-        if let issuer, tokenIssuer != issuer {
+        // RFC 7519 §7.3: claim values compare with no normalisation, so by bytes (`ExactString`), not `String` ==.
+        if let issuer, tokenIssuer.map({ ExactString($0) }) != ExactString(issuer) {
             throw AuthFailure(.wrongIssuer, "access token was not issued by the expected issuer")
         }
 
@@ -223,7 +224,7 @@ public struct JWTVerifier: Sendable {
                 throw AuthFailure(.invalidClaim, "access token aud claim must be a string or an array of strings")
             }
         }
-        if let audience, !tokenAudience.contains(audience) {
+        if let audience, !tokenAudience.contains(where: { ExactString($0) == ExactString(audience) }) {
             throw AuthFailure(.wrongAudience, "access token is not intended for this service (aud)")
         }
 

@@ -190,7 +190,8 @@ extension ClientMessage {
                     return
                 }
                 let name = JSONScanner.decodeString(element, in: bytes)
-                if !names.contains(name) { names.append(name) }
+                // By bytes: a name canonically equivalent to another is another name (unknown, unless configured).
+                if !names.contains(where: { ExactString($0) == ExactString(name) }) { names.append(name) }
             }
         } catch {
             throw fail(error.description) // unreachable: the array was validated
@@ -214,13 +215,13 @@ extension ClientMessage {
             try JSONScanner.forEachMember(of: value, in: bytes) { key, position in
                 guard problem == nil else { return }
                 let channel = JSONScanner.decodeString(key, in: bytes)
-                guard channels.contains(channel) else {
+                guard channels.contains(where: { ExactString($0) == ExactString(channel) }) else {
                     problem = "\"since\" names \(quotedForMessage(channel)), which is not in \"channels\""
                     return
                 }
                 switch sincePosition(position, channel: channel, in: bytes) {
                 case .success(let p):
-                    positions.removeAll { $0.channel == channel }  // duplicate keys: the last one wins
+                    positions.removeAll { ExactString($0.channel) == ExactString(channel) }  // duplicate keys: the last one wins
                     positions.append(p)
                 case .failure(let message):
                     problem = message.text

@@ -83,8 +83,10 @@ public struct PublishRequest: Sendable, Hashable {
         }
     }
 
-    public func validate(channels: Set<String>, maxEventBytes: Int, id: RawJSON?) throws(SocketRequestError) {
-        try validate(isConfigured: { channels.contains($0) }, maxEventBytes: maxEventBytes, id: id)
+    /// The same checks against a list of configured names, matched by bytes (`ChannelIndex`).
+    public func validate(channels: [String], maxEventBytes: Int, id: RawJSON?) throws(SocketRequestError) {
+        let index = ChannelIndex(channels)
+        try validate(isConfigured: { index[$0] != nil }, maxEventBytes: maxEventBytes, id: id)
     }
 
     /// Event types the client protocol uses itself.

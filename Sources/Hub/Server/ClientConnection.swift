@@ -580,7 +580,7 @@ final class ClientConnection: ConnectionHandler {
         }
         for (n, index) in indices.enumerated() {
             let follow = added.contains(index)
-            let position = since.isEmpty ? nil : since.last { $0.channel == names[n] }
+            let position = since.isEmpty ? nil : since.last { ExactString($0.channel) == ExactString(names[n]) }
             let epochs = position.flatMap { Resume.streamEpochs(of: $0.epoch, hubEpoch: hubEpoch) }
             if !since.isEmpty {
                 request.resumes.append(position)

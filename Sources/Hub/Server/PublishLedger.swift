@@ -152,7 +152,7 @@ final class PublishLedger {
     func received(_ message: TailMessage, now: UInt64) {
         switch message {
         case .start(let id, let node, let channelName, let account):
-            guard let channel = channelNames.firstIndex(of: channelName) else { return }  // not configured here
+            guard let channel = channelNames.firstIndex(where: { ExactString($0) == ExactString(channelName) }) else { return }  // not configured here
             let expiresAt = now + Self.leaseNanos
             if let r = remoteTails.firstIndex(where: { $0.node == node && $0.id == id }) {
                 remoteTails[r].expiresAt = expiresAt
