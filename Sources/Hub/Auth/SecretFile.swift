@@ -24,8 +24,8 @@ public enum SecretFile {
     }
 
     /// Reads a secret file. Throws if it is missing, not a regular file, too large, or empty after trimming.
-    public static func read(path: String) throws(SecretFileError) -> Loaded {
-        switch readFile(path: path) {
+    public static func read(path: String, what: String = "secret file") throws(SecretFileError) -> Loaded {
+        switch readFile(path: path, what: what) {
         case .success(let loaded): return loaded
         case .failure(let failure): throw failure.error
         }
@@ -57,23 +57,53 @@ public enum SecretFile {
         let errnoValue: Int32
     }
 
-    private static func readFile(path: String) -> Result<Loaded, ReadFailure> {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
+    /// Why a secret or state file cannot be trusted, or nil: another user than this process's (or root) owns it, or
+    /// group or others may write it. Whoever can write it can mint tokens (a secret) or rewind numbering (a state
+    /// file), as ssh refuses a private key that others can change.
+    static func ownershipProblem(_ info: stat) -> String? {
+        let owner = info.st_uid
+        if owner != geteuid() && owner != 0 {
+            return "it is owned by uid \(owner), not by the hub's user (uid \(geteuid())) or root"
+        }
+        if info.st_mode & (S_IWGRP | S_IWOTH) != 0 {
+            return "group or others may write it (mode \(String(info.st_mode & 0o777, radix: 8))); chmod go-w it"
+        }
+        return nil
+    }
+
+    /// Checks a file that another library opens itself (the TLS certificate and key): a regular file, not blocking
+    /// (a FIFO), not writable by others. Throws what is wrong.
+    public static func checkTrusted(path: String, what: String) throws(SecretFileError) {
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
+        guard fd >= 0 else { throw SecretFileError("cannot read the \(what) \(path): \(describe(errno))") }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { throw SecretFileError("cannot stat \(what) \(path): \(describe(errno))") }
+        guard info.st_mode & S_IFMT == S_IFREG else { throw SecretFileError("\(what) \(path) is not a regular file") }
+        if let problem = ownershipProblem(info) { throw SecretFileError("\(what) \(path) is refused: \(problem)") }
+    }
+
+    private static func readFile(path: String, what: String = "secret file") -> Result<Loaded, ReadFailure> {
+        // O_NONBLOCK: a FIFO at the path opens at once (and is refused below) instead of blocking the start.
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
         if fd < 0 {
             let code = errno
-            return .failure(ReadFailure(error: SecretFileError("cannot open secret file \(path): \(describe(code))"), errnoValue: code))
+            return .failure(ReadFailure(error: SecretFileError("cannot open \(what) \(path): \(describe(code))"), errnoValue: code))
         }
         defer { close(fd) }
         var info = stat()
         guard fstat(fd, &info) == 0 else {
             let code = errno
-            return .failure(ReadFailure(error: SecretFileError("cannot stat secret file \(path): \(describe(code))"), errnoValue: code))
+            return .failure(ReadFailure(error: SecretFileError("cannot stat \(what) \(path): \(describe(code))"), errnoValue: code))
         }
         guard info.st_mode & S_IFMT == S_IFREG else {
-            return .failure(ReadFailure(error: SecretFileError("secret file \(path) is not a regular file"), errnoValue: 0))
+            return .failure(ReadFailure(error: SecretFileError("\(what) \(path) is not a regular file"), errnoValue: 0))
+        }
+        if let problem = ownershipProblem(info) {
+            return .failure(ReadFailure(error: SecretFileError("\(what) \(path) is refused: \(problem)"), errnoValue: 0))
         }
         guard info.st_size <= maximumFileBytes else {
-            return .failure(ReadFailure(error: SecretFileError("secret file \(path) is larger than \(maximumFileBytes) bytes"), errnoValue: 0))
+            return .failure(ReadFailure(error: SecretFileError("\(what) \(path) is larger than \(maximumFileBytes) bytes"), errnoValue: 0))
         }
         var contents: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 4096)
@@ -82,12 +112,12 @@ public enum SecretFile {
             if n < 0 {
                 let code = errno
                 if code == EINTR { continue }
-                return .failure(ReadFailure(error: SecretFileError("cannot read secret file \(path): \(describe(code))"), errnoValue: code))
+                return .failure(ReadFailure(error: SecretFileError("cannot read \(what) \(path): \(describe(code))"), errnoValue: code))
             }
             if n == 0 { break }
             contents.append(contentsOf: buffer[..<n])
             if contents.count > maximumFileBytes {
-                return .failure(ReadFailure(error: SecretFileError("secret file \(path) is larger than \(maximumFileBytes) bytes"), errnoValue: 0))
+                return .failure(ReadFailure(error: SecretFileError("\(what) \(path) is larger than \(maximumFileBytes) bytes"), errnoValue: 0))
             }
         }
         let secret = trimmingWhitespace(contents)
@@ -95,7 +125,7 @@ public enum SecretFile {
         for index in contents.indices { contents[index] = 0 }
         for index in buffer.indices { buffer[index] = 0 }
         guard !secret.isEmpty else {
-            return .failure(ReadFailure(error: SecretFileError("secret file \(path) is empty"), errnoValue: 0))
+            return .failure(ReadFailure(error: SecretFileError("\(what) \(path) is empty"), errnoValue: 0))
         }
         let readable = info.st_mode & (S_IRGRP | S_IROTH) != 0
         return .success(Loaded(secret: secret, path: path, created: false, groupOrWorldReadable: readable))

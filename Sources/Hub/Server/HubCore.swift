@@ -128,8 +128,9 @@ final class HubCore: Sendable {
 
     // MARK: Recovery state
 
-    /// After a successful start: says which epoch the hub numbers in, and removes the state file it resumed from
-    /// (from here on only a graceful stop writes one, so a crash or kill -9 means a new epoch next time).
+    /// After a successful start: says which epoch the hub numbers in. The state file it resumed from is already
+    /// gone (`StateFile.load` consumes it); from here on only a graceful stop writes one, so a crash or kill -9 means
+    /// a new epoch next time.
     func logRecoveryStart(restored saved: SavedBrokerState?) {
         guard localBroker != nil else {
             log("recovery: numbering and history live in Redis (cluster mode); no state file is used")
@@ -141,7 +142,6 @@ final class HubCore: Sendable {
                 + "no events are kept, every resume answers too_old. Lower --history-memory")
         }
         if let saved {
-            StateFile.remove(directory: configuration.stateDirectory)
             let age = max(0, wallClockSeconds() - saved.savedAt)
             log("recovery: resumed epoch \(stats.epoch) saved \(Int(age))s ago: \(stats.streams) streams, \(stats.events) events in history"
                 + ", \(stats.idempotencyKeys) idempotency keys")

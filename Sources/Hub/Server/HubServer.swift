@@ -74,6 +74,7 @@ public final class HubServer: Sendable {
             unix = try UnixListener.bind(path: configuration.socketPath, on: group.loops[0]) { _ in SocketAcceptor(context: contexts[0]) }
         } catch {
             group.shutdown()
+            if saved != nil { core.saveState() }  // the state file was consumed at load: the next start resumes from this one
             throw StartError("cannot listen on the Unix socket \(configuration.socketPath): \(error)")
         }
         let tcp: TCPListener
@@ -84,6 +85,7 @@ public final class HubServer: Sendable {
         } catch {
             unix.close()
             group.shutdown()
+            if saved != nil { core.saveState() }
             throw StartError("cannot listen on \(configuration.listen): \(error)")
         }
         var tlsTCP: TCPListener? = nil
@@ -94,6 +96,7 @@ public final class HubServer: Sendable {
                 tcp.close()
                 unix.close()
                 group.shutdown()
+                if saved != nil { core.saveState() }
                 throw StartError("cannot listen on \(tlsListen): \(error)")
             }
         }
@@ -131,6 +134,8 @@ public final class HubServer: Sendable {
     static func makeTLS(_ c: HubConfiguration) throws -> TLSContext? {
         guard let cert = c.tlsCertificateFile, let key = c.tlsKeyFile else { return nil }
         do {
+            try SecretFile.checkTrusted(path: cert, what: "TLS certificate file")
+            try SecretFile.checkTrusted(path: key, what: "TLS key file")
             return try TLSContext.server(certificateFile: cert, keyFile: key, plaintextAnswer: plaintextToTLSResponse)
         } catch {
             throw StartError("TLS: \(error)")
@@ -146,6 +151,8 @@ public final class HubServer: Sendable {
             return "nothing to reload (no TLS certificate is configured); still serving"
         }
         do {
+            try SecretFile.checkTrusted(path: cert, what: "TLS certificate file")
+            try SecretFile.checkTrusted(path: key, what: "TLS key file")
             try tls.reload(certificateFile: cert, keyFile: key)
             return "reloaded the TLS certificate \(cert) and key \(key); new connections use them"
         } catch {
@@ -163,9 +170,8 @@ public final class HubServer: Sendable {
     static func makeVerifier(_ c: HubConfiguration, log: @Sendable (String) -> Void) throws -> (JWTVerifier, String) {
         do {
             if let path = c.jwtPublicKeyFile {
-                guard let pem = try? String(contentsOfFile: path, encoding: .utf8) else {
-                    throw StartError("cannot read the JWT public key file \(path)")
-                }
+                // Read like a secret (a regular file, not writable by others): whoever can replace it can mint tokens.
+                let pem = String(decoding: try SecretFile.read(path: path, what: "JWT public key file").secret, as: UTF8.self)
                 let verifier = try JWTVerifier(key: .publicKeyPEM(pem), issuer: c.jwtIssuer, audience: c.jwtAudience, leeway: c.jwtLeewaySeconds)
                 return (verifier, "\(verifier.algorithm.rawValue) (public key \(path))")
             }

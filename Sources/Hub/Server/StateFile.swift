@@ -53,6 +53,10 @@ enum StateFile {
     static let magic: [UInt8] = Array("HUBSTATE".utf8)
     static let version: UInt32 = 1
     static let headerSize = 8 + 4 + 4 + 8 + 4
+    /// The highest seq a saved stream may have: 2^53 - 1, the largest integer every JSON client (JavaScript's
+    /// `Number`) holds exactly. A hub publishing a million events a second to one stream reaches it in 285 years.
+    static let maxSeq: UInt64 = (1 << 53) - 1
+    static let maxGeneration: UInt64 = 1 << 62
 
     struct Invalid: Error, CustomStringConvertible {
         let description: String
@@ -141,18 +145,24 @@ enum StateFile {
         guard crc32(payload) == checksum else { throw Invalid("checksum mismatch: the file is corrupt") }
         var r = ByteReader(payload[...])
         var state = SavedBrokerState(hubEpoch: try r.string(), nextGeneration: try r.u64(), savedAt: try r.f64(), channelNames: [])
-        guard !state.hubEpoch.isEmpty, !state.hubEpoch.contains(".") else { throw Invalid("bad epoch") }
+        guard !state.hubEpoch.isEmpty, !state.hubEpoch.utf8.contains(UInt8(ascii: ".")) else { throw Invalid("bad epoch") }
+        guard state.nextGeneration <= maxGeneration else { throw Invalid("next generation \(state.nextGeneration) out of range") }
         for _ in 0..<(try r.count(minimumBytesEach: 4)) { state.channelNames.append(try r.string()) }
         for _ in 0..<(try r.count(minimumBytesEach: 21)) {
             let stream = SavedBrokerState.Stream(channel: Int(try r.u32()), account: try r.optionalString(),
                                                  generation: try r.u64(), lastSeq: try r.u64())
             guard stream.channel < state.channelNames.count else { throw Invalid("stream with channel index \(stream.channel) out of range") }
+            // Numbering must be able to go on: a seq at the edge would wrap (or leave what JSON clients hold exactly).
+            guard stream.lastSeq <= maxSeq, stream.generation <= maxGeneration else {
+                throw Invalid("a stream's numbering is out of range (seq \(stream.lastSeq), generation \(stream.generation))")
+            }
             state.streams.append(stream)
         }
         for _ in 0..<(try r.count(minimumBytesEach: 36)) {
             let event = SavedBrokerState.Event(stream: Int(try r.u32()), seq: try r.u64(), wallTime: try r.f64(), type: try r.string(),
                                                payload: try r.bytes(), dataStart: Int(try r.u32()), dataEnd: Int(try r.u32()))
             guard event.stream < state.streams.count else { throw Invalid("event of stream index \(event.stream) out of range") }
+            guard event.seq <= state.streams[event.stream].lastSeq else { throw Invalid("an event's seq is past its stream's") }
             // `data` is the payload's last member: it ends right before the closing brace.
             guard event.payload.count >= 2, event.dataEnd == event.payload.count - 1, event.dataStart <= event.dataEnd else {
                 throw Invalid("event data range out of its payload")
@@ -163,6 +173,7 @@ enum StateFile {
             let key = SavedBrokerState.IdempotencyKey(channel: Int(try r.u32()), account: try r.optionalString(), key: try r.string(),
                                                       seq: try r.u64(), delivered: Int(clamping: try r.u64()), wallTime: try r.f64())
             guard key.channel < state.channelNames.count else { throw Invalid("key with channel index \(key.channel) out of range") }
+            guard key.seq <= maxSeq else { throw Invalid("an idempotency key's seq is out of range") }
             state.keys.append(key)
         }
         guard r.isAtEnd else { throw Invalid("\(r.remaining) unexpected bytes after the last record") }
@@ -171,24 +182,32 @@ enum StateFile {
 
     // MARK: Loading and saving
 
-    /// The saved state in `directory`, if there is a trustworthy one. A file that cannot be read, is corrupt or
-    /// foreign is logged and moved aside to `recovery.state.rejected` (never retried, kept for inspection).
+    /// The saved state in `directory`, if there is a trustworthy one, consumed: the file is removed before the
+    /// state is returned, so a crash after this start can never resume the same numbering a second time (its next
+    /// seqs would repeat ones this run gives out). A file that cannot be removed is not used: the hub starts a new
+    /// epoch and says why. A file that cannot be read, is corrupt, foreign or unsafe (not a regular file, a symlink,
+    /// writable by others) is logged and moved aside to `recovery.state.rejected` (never retried, kept for inspection).
     static func load(directory: String, log: (String) -> Void) -> SavedBrokerState? {
         let target = path(in: directory)
+        let state: SavedBrokerState
         do throws(Invalid) {
             guard let bytes = try read(directory: directory, maximumBytes: 1 << 34) else { return nil }
-            return try decode(bytes)
+            state = try decode(bytes)
         } catch {
             let aside = target + ".rejected"
-            rename(target, aside)
-            log("recovery: ignoring the state file \(target): \(error.description); moved it to \(aside); starting with a new epoch")
+            let moved = rename(target, aside) == 0
+            let why = moved ? "moved it to \(aside)" : "could not move it aside (\(String(cString: strerror(errno))))"
+            log("recovery: ignoring the state file \(target): \(error.description); \(why); starting with a new epoch")
             return nil
         }
-    }
-
-    /// Removes the state file once it has been loaded: a crash from here on must not bring back a stale state.
-    static func remove(directory: String) {
-        unlink(path(in: directory))
+        guard unlink(target) == 0 else {
+            log("recovery: not resuming \(target): it cannot be removed (\(String(cString: strerror(errno)))), and a state "
+                + "that survives its own start would be resumed again after a crash, repeating seqs; starting with a new "
+                + "epoch. Make the state directory writable by the hub")
+            return nil
+        }
+        syncDirectory(directory)
+        return state
     }
 
     // MARK: Files
@@ -200,7 +219,9 @@ enum StateFile {
         }
         let target = path(in: directory)
         let temporary = target + ".tmp"
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        // A leftover temporary (or anything planted under its name: a FIFO, a symlink) is replaced, never opened.
+        unlink(temporary)
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw Invalid("cannot create \(temporary): \(String(cString: strerror(errno)))") }
         var written = 0
         let ok = bytes.withUnsafeBytes { buffer -> Bool in
@@ -224,31 +245,60 @@ enum StateFile {
             unlink(temporary)
             throw Invalid("cannot rename \(temporary) to \(target): \(String(cString: strerror(e)))")
         }
+        syncDirectory(directory)
+    }
+
+    /// Makes a rename or unlink in `directory` durable.
+    static func syncDirectory(_ directory: String) {
         let dir = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         if dir >= 0 { _ = fsync(dir); close(dir) }
     }
 
-    /// The file's bytes, or nil when there is none. Files over `maximumBytes` are refused.
+    /// The file's bytes, or nil when there is none. Refused before anything is read: a symlink, anything but a
+    /// regular file, a file that another user owns or that group or others may write (`SecretFile.checkOwnership`),
+    /// and a file whose size is not what its header says (a sparse file with a valid header is not read whole).
     static func read(directory: String, maximumBytes: Int) throws(Invalid) -> [UInt8]? {
         let target = path(in: directory)
-        let fd = open(target, O_RDONLY | O_CLOEXEC)
+        // O_NOFOLLOW: a symlink fails with ELOOP instead of being followed. O_NONBLOCK: a FIFO or a device opens at
+        // once, to be refused below, instead of blocking the start before the hub listens or logs anything.
+        let fd = open(target, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
         if fd < 0 {
-            if errno == ENOENT { return nil }
-            throw Invalid("cannot open \(target): \(String(cString: strerror(errno)))")
+            let code = errno
+            if code == ENOENT { return nil }
+            if code == ELOOP { throw Invalid("it is a symbolic link (the hub resumes only a regular file it wrote itself)") }
+            throw Invalid("cannot open it: \(String(cString: strerror(code)))")
         }
         defer { close(fd) }
         var info = stat()
-        guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { throw Invalid("\(target) is not a regular file") }
-        guard Int(info.st_size) <= maximumBytes else { throw Invalid("\(target) is \(info.st_size) bytes, more than this hub would save") }
-        var bytes = [UInt8](repeating: 0, count: Int(info.st_size))
-        var offset = 0
-        while offset < bytes.count {
-            let n = bytes.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress.map { $0 + offset }, $0.count - offset) }
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { throw Invalid("cannot read \(target)") }
-            offset += n
+        guard fstat(fd, &info) == 0 else { throw Invalid("cannot stat it: \(String(cString: strerror(errno)))") }
+        guard (info.st_mode & S_IFMT) == S_IFREG else { throw Invalid("it is not a regular file") }
+        if let unsafe = SecretFile.ownershipProblem(info) { throw Invalid(unsafe) }
+        let size = Int(info.st_size)
+        guard size <= maximumBytes else { throw Invalid("it is \(size) bytes, more than this hub would save") }
+        guard size >= headerSize else { throw Invalid("too short to be a state file (\(size) bytes)") }
+        var header = [UInt8](repeating: 0, count: headerSize)
+        try readFully(fd, into: &header, at: 0)
+        guard Array(header[0..<8]) == magic else { throw Invalid("not a hub state file (wrong magic)") }
+        var fields = ByteReader(header[8...])
+        _ = try fields.u32()
+        _ = try fields.u32()
+        let length = try fields.u64()
+        guard length == UInt64(size - headerSize) else {
+            throw Invalid("payload length \(length) does not match the file (\(size - headerSize) bytes): truncated?")
         }
+        var bytes = [UInt8](repeating: 0, count: size)
+        try readFully(fd, into: &bytes, at: 0)
         return bytes
+    }
+
+    private static func readFully(_ fd: Int32, into bytes: inout [UInt8], at offset: Int) throws(Invalid) {
+        var done = 0
+        while done < bytes.count {
+            let n = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress.map { $0 + done }, $0.count - done, off_t(offset + done)) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { throw Invalid("cannot read it\(n < 0 ? ": " + String(cString: strerror(errno)) : " (it shrank)")") }
+            done += n
+        }
     }
 }
 

@@ -43,9 +43,12 @@ final class HubProcess: @unchecked Sendable {
     }
 
     /// `launcher`: a command that execs the hub in the same process (e.g. `prlimit --nofile=80:80`).
-    init(_ arguments: [String] = [], environment: [String: String] = [:], threads: Int = 2, launcher: [String] = []) throws {
+    /// `beforeStart`: called with the test's directory once it exists, before the hub starts (to prepare files in it).
+    init(_ arguments: [String] = [], environment: [String: String] = [:], threads: Int = 2, launcher: [String] = [],
+         beforeStart: (String) throws -> Void = { _ in }) throws {
         directory = NSTemporaryDirectory() + "hubtest-" + UUID().uuidString.prefix(8)
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        try beforeStart(directory)
         socketPath = directory + "/hub.sock"
         stateDirectory = directory + "/state"
         logPath = directory + "/hub.log"
@@ -121,6 +124,11 @@ final class HubProcess: @unchecked Sendable {
     /// An HS256 token for `account` signed with the hub's generated secret.
     func token(_ account: String, ttl: Int64 = 900, now: Int64 = Int64(time(nil))) throws -> String {
         try JWTSigner(key: .hmacSecret(secret())).sign(JWTClaims(sub: account, exp: now + ttl, iat: now))
+    }
+
+    /// A token with extra claims.
+    func token(_ account: String, extra: [String: JWTClaimValue]) throws -> String {
+        try JWTSigner(key: .hmacSecret(secret())).sign(JWTClaims(sub: account, exp: Int64(time(nil)) + 900, iat: Int64(time(nil)), extra: extra))
     }
 
     /// A token with an explicit `exp` (seconds since the epoch).
