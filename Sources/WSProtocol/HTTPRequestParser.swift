@@ -244,6 +244,10 @@ public struct HTTPRequestParser: Sendable {
         return .complete(head, consumed: consumed)
     }
 
+    /// Whether no byte has been fed yet: the next one is the first of the request (a caller can recognise another
+    /// protocol there, such as a TLS ClientHello sent to a plain port).
+    public var isAtStart: Bool { scanner.isAtStart }
+
     /// Convenience for `[UInt8]` input; same contract as ``parse(_:)-(UnsafeRawBufferPointer)``.
     public mutating func parse(_ bytes: [UInt8]) throws(HTTPError) -> HTTPParseResult<HTTPRequestHead> {
         try bytes.withUnsafeBytes { raw in Result { () throws(HTTPError) in try self.parse(raw) } }.get()
@@ -295,6 +299,9 @@ struct HeadScanner: Sendable {
     }
 
     private func badLine(_ message: String) -> HTTPError { isResponse ? .badResponse(message) : .badRequest(message) }
+
+    /// No byte fed yet.
+    var isAtStart: Bool { headSize == 0 && line.isEmpty && !sawCR && !sawStartLine }
 
     /// Feeds bytes; returns how many of them complete the head, or nil if all were consumed and more are needed.
     mutating func feed(_ bytes: UnsafeRawBufferPointer,

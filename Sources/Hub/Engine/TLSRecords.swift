@@ -18,7 +18,8 @@ import Glibc
 /// What it does: application data both ways, in records of at most 16 KiB of plaintext; the peer's close_notify
 /// (EOF), user_canceled (ignored) and fatal alerts (the connection fails); KeyUpdate both ways (RFC 8446 §4.6.3),
 /// answering one that asks for it; close_notify on a graceful close. Anything else after the handshake (a
-/// plaintext record, a bad tag, an oversized record, a handshake message other than KeyUpdate, a record with no
+/// plaintext record, a bad tag, a record whose inner plaintext passes 2^14 + 1 bytes, a handshake message other
+/// than KeyUpdate, a KeyUpdate that does not end its record, more KeyUpdates than the budget below, a record with no
 /// content type) fails the connection with the alert RFC 8446 §6 names, sent when no record is half-sent.
 ///
 /// TLS 1.2 connections, and the engine's TLS client role, stay with OpenSSL throughout.
@@ -45,6 +46,15 @@ final class TLSRecordLayer {
     static let maxPlaintext = 16 * 1024
     /// RFC 8446 §5.2: at most 2^14 + 256 bytes of ciphertext (a peer's record above this is record_overflow).
     static let maxCiphertext = maxPlaintext + 256
+    /// RFC 8446 §5.4: TLSInnerPlaintext (content, type, padding) is at most 2^14 + 1 bytes; with the 16-byte tag of
+    /// every suite here, a record's ciphertext says its length before it is opened.
+    static let maxInnerPlaintext = maxPlaintext + 1
+    /// A KeyUpdate costs three HKDF expansions (~10 µs), a data record of the same size ~0.3 µs: a peer gets
+    /// `keyUpdateBurst` of them, and earns one more with every `keyUpdateBytes` of application data it sends (up to
+    /// the burst again). Clients update keys for the AEAD limits, after gigabytes; BoringSSL allows 32 in a row.
+    static let keyUpdateBytes = 64 * 1024
+    static let keyUpdateBurst = 32
+    static let maxKeyUpdateCredit = keyUpdateBurst * keyUpdateBytes
     /// A whole record at most: header and ciphertext.
     static let maxRecord = 5 + maxCiphertext
     /// What one outbound record adds to its plaintext: header, content type, tag.
@@ -72,6 +82,10 @@ final class TLSRecordLayer {
     private(set) var peerClosed = false
     /// KeyUpdate messages the peer sent.
     private(set) var keyUpdatesReceived = 0
+    /// The description of the fatal alert the peer sent, once it has.
+    private(set) var alertReceived: UInt8?
+    /// Application bytes that pay for the peer's next KeyUpdates (each costs `keyUpdateBytes`).
+    private var keyUpdateCredit = maxKeyUpdateCredit
 
     /// A server's layer from the two traffic secrets (`takeOver`; tests and the fuzzer make the client's mirror
     /// image by swapping them).
@@ -82,6 +96,13 @@ final class TLSRecordLayer {
         keys.initializeMemory(as: UInt8.self, repeating: 0, count: Self.keysSize)
         (keys + Self.readBase).copyMemory(from: clientSecret, byteCount: suite.hashLength)
         (keys + Self.writeBase).copyMemory(from: serverSecret, byteCount: suite.hashLength)
+    }
+
+    /// A layer with its keys derived from the two traffic secrets: a server's reads with the client's secret (what
+    /// `takeOver` makes); a client's mirror image (tests) reads with the server's.
+    convenience init?(suite: Suite, readSecret: UnsafeRawPointer, writeSecret: UnsafeRawPointer, writeSeq: UInt64) {
+        self.init(suite: suite, clientSecret: readSecret, serverSecret: writeSecret, writeSeq: writeSeq)
+        guard deriveKeys(base: Self.readBase), deriveKeys(base: Self.writeBase) else { return nil }
     }
 
     deinit {
@@ -132,10 +153,9 @@ final class TLSRecordLayer {
                 ticket = Array(UnsafeRawBufferPointer(start: data, count: count))
             }
         }
-        guard let written = countRecords(ticket) else { return .failed }
-        let layer = TLSRecordLayer(suite: suite, clientSecret: hub_secrets_client(secrets), serverSecret: hub_secrets_server(secrets),
-                                   writeSeq: written)
-        guard layer.deriveKeys(base: readBase), layer.deriveKeys(base: writeBase) else { return .failed }
+        guard let written = countRecords(ticket),
+              let layer = TLSRecordLayer(suite: suite, readSecret: hub_secrets_client(secrets), writeSecret: hub_secrets_server(secrets),
+                                         writeSeq: written) else { return .failed }
         if !ticket.isEmpty {
             ticket.withUnsafeBytes { layer.appendPending($0.baseAddress!, $0.count) }
         }
@@ -194,8 +214,9 @@ final class TLSRecordLayer {
     // MARK: Writing
 
     /// Starts sealing a record of `length` plaintext bytes into `crypto.record` (header written, cipher keyed).
-    func beginRecord(length: Int, crypto: TLSRecordCrypto) -> Bool {
-        guard length <= Self.maxPlaintext, let ctx = crypto.sealContext(suite) else { return false }
+    /// `maxLength` is the RFC's limit; only a test that plays a misbehaving peer passes a larger one.
+    func beginRecord(length: Int, crypto: TLSRecordCrypto, maxLength: Int = maxPlaintext) -> Bool {
+        guard length <= maxLength, let ctx = crypto.sealContext(suite) else { return false }
         let header = crypto.record.baseAddress!
         let wire = length + 1 + 16
         header.storeBytes(of: 23, as: UInt8.self)  // application_data (the real type is inside)
@@ -336,6 +357,7 @@ final class TLSRecordLayer {
                     guard input.load(fromByteOffset: at + 1, as: UInt8.self) == 3 else { throw RecordError.alert(50) }  // decode_error
                     guard length <= Self.maxCiphertext else { throw RecordError.alert(22) }  // record_overflow
                     guard length > 16 else { throw RecordError.alert(50) }
+                    guard length - 16 <= Self.maxInnerPlaintext else { throw RecordError.alert(22) }
                     guard have - at >= 5 + length else { break }
                     produced += try open(input + at, length: length, into: destination + produced, crypto: crypto, fd: fd)
                     at += 5 + length
@@ -380,13 +402,16 @@ final class TLSRecordLayer {
         let content = end - 1
         switch out.load(fromByteOffset: content, as: UInt8.self) {
         case 23:
+            keyUpdateCredit = min(Self.maxKeyUpdateCredit, keyUpdateCredit + content)
             return content
         case 21:
             guard content == 2 else { throw .alert(50) }
             switch out.load(fromByteOffset: 1, as: UInt8.self) {
             case 0: peerClosed = true  // close_notify
             case 90: break  // user_canceled: a close_notify follows
-            default: throw .peerAlert
+            case let description:
+                alertReceived = description
+                throw .peerAlert
             }
             return 0
         case 22:
@@ -398,7 +423,8 @@ final class TLSRecordLayer {
     }
 
     /// Post-handshake messages: only KeyUpdate is allowed from a client here (no tickets from clients, no
-    /// post-handshake authentication offered), each whole in its record.
+    /// post-handshake authentication offered), whole, at the end of its record (RFC 8446 §5.1: a message before a
+    /// key change ends its record), within the budget (`keyUpdateBurst`).
     private func handshakeMessages(_ bytes: UnsafeMutableRawPointer, _ count: Int, crypto: TLSRecordCrypto) throws(RecordError) {
         var at = 0
         while at < count {
@@ -410,6 +436,9 @@ final class TLSRecordLayer {
             guard length == 1, count - at >= 5 else { throw .alert(50) }
             let requested = bytes.load(fromByteOffset: at + 4, as: UInt8.self)
             guard requested <= 1 else { throw .alert(47) }  // illegal_parameter
+            guard at + 5 == count else { throw .alert(10) }  // unexpected_message: more after a key change
+            guard keyUpdateCredit >= Self.keyUpdateBytes else { throw .alert(10) }  // as BoringSSL's too-many-key-updates
+            keyUpdateCredit -= Self.keyUpdateBytes
             guard updateSecret(base: Self.readBase) else { throw .alert(80) }
             readSeq = 0
             keyUpdatesReceived += 1
@@ -456,9 +485,10 @@ final class TLSRecordCrypto {
     var sealed = 0
     let nonce: UnsafeMutableRawPointer
 
-    init() {
+    /// `recordCapacity` above the default only for a test that seals oversized records as a misbehaving peer.
+    init(recordCapacity: Int = TLSRecordLayer.maxPlaintext + TLSRecordLayer.overhead) {
         input = .allocate(byteCount: 64 * 1024, alignment: 16)
-        record = .allocate(byteCount: TLSRecordLayer.maxPlaintext + TLSRecordLayer.overhead, alignment: 16)
+        record = .allocate(byteCount: recordCapacity, alignment: 16)
         nonce = .allocate(byteCount: 16, alignment: 16)
     }
 

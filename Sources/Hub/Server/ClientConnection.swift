@@ -157,6 +157,9 @@ final class ClientConnection: ConnectionHandler {
     @exclusivity(unchecked) private(set) var awaitingAuth = false
     /// A subscribe waits for the broker's answer: reading from the client is paused.
     @exclusivity(unchecked) private var attaching = false
+    /// A TLS client over the connection limit: whatever it asks, the answer is 503 (inside TLS, where it can read
+    /// it). Not counted in the hub's connections (`ClientAcceptor.accepted`).
+    @exclusivity(unchecked) var answersBusy = false
 
     init(context: LoopContext, serial: Int) {
         self.context = context
@@ -201,7 +204,7 @@ final class ClientConnection: ConnectionHandler {
         context.clients[serial] = nil
         context.loop.timers.cancel(timer)
         timer = .none
-        hub.clientClosed()
+        if answersBusy { context.busyTLSAnswers -= 1 } else { hub.clientClosed() }
         phase = .done
         self.connection = nil
     }
@@ -210,6 +213,15 @@ final class ClientConnection: ConnectionHandler {
 
     private func readHTTP(_ bytes: UnsafeMutableRawBufferPointer) -> Int {
         guard let box = httpParser else { return bytes.count }
+        // 22 = a TLS handshake record: a wss:// client at a plain port. Its ClientHello has no line end for the
+        // parser to wait for, so it is answered now, in the clear (its TLS stack reports the answer at once, OpenSSL
+        // as "wrong version number"), rather than at the handshake timeout.
+        if bytes.first == 22, box.parser.isAtStart, connection?.isTLS == false {
+            httpParser = nil
+            context.counters.tlsHelloOnPlainPort += 1
+            respondHTTP(Self.tlsToPlainResponse)
+            return bytes.count
+        }
         let result: HTTPParseResult<HTTPRequestHead>
         do {
             result = try box.parser.parse(UnsafeRawBufferPointer(bytes))
@@ -234,6 +246,7 @@ final class ClientConnection: ConnectionHandler {
     }
 
     private func route(_ head: HTTPRequestHead) {
+        if answersBusy { return respondHTTP(ClientAcceptor.busyResponse) }
         do {
             try head.validateHost()
         } catch {
@@ -280,6 +293,9 @@ final class ClientConnection: ConnectionHandler {
         }
         return response[...]
     }
+
+    static let tlsToPlainResponse = HTTPError(status: 400, code: "TLS_NOT_ENABLED",
+                                              message: "this port speaks plain HTTP: connect with ws:// (or http://)").response()
 
     static func methodNotAllowed() -> [UInt8] {
         HTTPError(status: 405, code: "METHOD_NOT_ALLOWED", message: "only GET is allowed here", headers: [("Allow", "GET")]).response()

@@ -238,6 +238,7 @@ final class HubCore: Sendable {
             w.key("tls"); w.beginObject()
             w.field("handshakes", total.engine.tlsHandshakes); w.field("handshakeFailures", total.engine.tlsHandshakeFailures)
             w.field("plaintextRefused", total.engine.tlsPlaintextRefused)
+            w.field("helloOnPlainPort", total.counters.tlsHelloOnPlainPort)
             w.field("recordLayerConnections", total.engine.tlsRecordLayerConnections)
             w.endObject()
             let history = broker.statistics()
@@ -685,6 +686,7 @@ struct LoopSnapshot: Sendable {
             counters.authFailures.merge(s.counters.authFailures, uniquingKeysWith: +)
             for i in counters.recoveries.indices { counters.recoveries[i] += s.counters.recoveries[i] }
             counters.replayedEvents += s.counters.replayedEvents
+            counters.tlsHelloOnPlainPort += s.counters.tlsHelloOnPlainPort
             engine = engine + s.engine
             subscriptions += s.subscriptions
             rates.messagesIn += s.rates.messagesIn

@@ -244,24 +244,37 @@ final class ClientAcceptor: ListenerDelegate {
 
     static let busyResponse = HTTPError(status: 503, code: "SERVICE_UNAVAILABLE", message: "the hub is at its connection limit; retry later",
                                         headers: [("Retry-After", "5")]).response()
+    /// A fatal TLS alert record, internal_error (RFC 8446 §6.2: "unrelated to the peer or the correctness of the
+    /// protocol"), in the clear as before a handshake: how a TLS port refuses when it cannot even hold the
+    /// connection for a handshake. A TLS client reports it at once ("tlsv1 alert internal error").
+    static let busyTLSAlert: [UInt8] = [21, 3, 3, 0, 2, 2, 80]
+    /// Per loop, how many TLS connections over the limit are answered 503 inside TLS at once (each costs a
+    /// handshake and a descriptor for up to the handshake timeout); beyond it they get `busyTLSAlert`.
+    static let maxBusyTLSAnswers = 64
 
     func accepted(fd: Int32, peer: String, on loop: EventLoop) {
         let hub = context.hub!  // set for every context before any listener exists (HubServer.start)
-        guard hub.admitClient() else {
+        let admitted = hub.admitClient()
+        if !admitted {
             context.counters.rejectedConnections += 1
-            refuse(fd)
-            Glibc.close(fd)
-            return
+            // A plain client reads the 503 at once; a TLS client can read it only after a handshake.
+            guard tls != nil, context.busyTLSAnswers < Self.maxBusyTLSAnswers else {
+                refuse(fd)
+                Glibc.close(fd)
+                return
+            }
         }
         let client = ClientConnection(context: context, serial: context.nextSerial)
         context.nextSerial += 1
+        client.answersBusy = !admitted
         do {
             client.connection = try Connection(adopting: fd, on: loop, peer: peer, handler: client,
                                                maxQueuedBytes: hub.configuration.maxQueuedBytes, tls: tls)
         } catch {
-            hub.clientClosed()
+            if admitted { hub.clientClosed() }
             return
         }
+        if !admitted { context.busyTLSAnswers += 1 }
         context.clients[client.serial] = client
         client.start()
         // The listener defers accepts until the client has sent something (`clientSpeaksFirst`): its request is
@@ -279,7 +292,8 @@ final class ClientAcceptor: ListenerDelegate {
         context.hub.descriptorsExhausted("out of file descriptors (\(errno == EMFILE ? "EMFILE: the process limit \(limit)" : "ENFILE: the system limit") is reached): refusing new clients with HTTP 503 until descriptors free up")
     }
 
-    /// Answers 503 on a connection about to be closed. Its request (already here: accepts wait for it) is read
+    /// Answers 503 (a TLS listener: `busyTLSAlert`) on a connection about to be closed. Its request (or hello;
+    /// already here: accepts wait for it) is read
     /// and dropped first: closing a socket with unread input resets the connection, and the reset can destroy the
     /// answer before the client reads it.
     private func refuse(_ fd: Int32) {
@@ -287,7 +301,8 @@ final class ClientAcceptor: ListenerDelegate {
             var reads = 0  // at most 64 KiB: a client that keeps sending gets its reset
             while reads < 16, recv(fd, scratch.baseAddress, scratch.count, Int32(MSG_DONTWAIT)) == scratch.count { reads += 1 }
         }
-        _ = Self.busyResponse.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        let answer = tls == nil ? Self.busyResponse : Self.busyTLSAlert
+        _ = answer.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
     }
 }
 

@@ -42,6 +42,8 @@ enum MetricsText {
         metric("hub_tls_handshake_failures_total", "counter", "TLS handshakes failed (bad hello, old protocol version, no common cipher, peer gone, timed out excluded).",
                one(total.engine.tlsHandshakeFailures))
         metric("hub_tls_plaintext_refused_total", "counter", "Plain HTTP sent to a TLS port (answered 400 TLS_REQUIRED in the clear).", one(total.engine.tlsPlaintextRefused))
+        metric("hub_tls_hello_on_plain_port_total", "counter", "TLS ClientHellos sent to a plain port (answered 400 TLS_NOT_ENABLED in the clear).",
+               one(total.counters.tlsHelloOnPlainPort))
         metric("hub_auth_failures_total", "counter", "Refused tokens by reason.",
                total.counters.authFailures.sorted { $0.key < $1.key }.map { ("{reason=\"\(escape($0.key))\"}", String($0.value)) })
         metric("hub_recoveries_total", "counter", "Resumes (subscribe with since) by outcome, per channel.",

@@ -556,7 +556,11 @@ final class ConnectionHarness {
         var request: HTTPRequestHead? = nil
         var headEnd = 0
         var requestRefused = false
-        if scenario != .raw && !openHead, let known = prefixHeads[Int(scenario.rawValue)] {
+        // A first byte of 22 is a TLS handshake record at this plain port: refused at once (400 TLS_NOT_ENABLED).
+        let tlsHello = sent.first == 22
+        if tlsHello {
+            requestRefused = true
+        } else if scenario != .raw && !openHead, let known = prefixHeads[Int(scenario.rawValue)] {
             (request, headEnd) = known  // the prefix is the whole head: no need to parse it again
         } else {
             var requestParser = HTTPRequestParser()
@@ -596,6 +600,9 @@ final class ConnectionHarness {
             throw HarnessFailure("the hub's response does not parse (\(error)): \(Self.show(out))")
         }
         result.status = responseHead.status
+        if tlsHello && (responseHead.status != 400 || out.firstRange(of: Array("TLS_NOT_ENABLED".utf8)) == nil) {
+            throw HarnessFailure("a TLS hello at a plain port got \(Self.show(out))")
+        }
         if request == nil && !requestRefused {
             throw HarnessFailure("a response (\(responseHead.status)) to an incomplete request head")
         }

@@ -13,12 +13,19 @@ import Glibc
 ///
 /// Input: byte 0 picks the suite (bits 0-1, mod 3) and the write size (bits 2-3: all at once, one octet, 7, 1000).
 /// Then operations, each an op byte `k` and its operands:
-/// - `k % 8` 0-2: application data: a length byte L and L content bytes, then `(k >> 3) & 7` zeros of padding;
-/// - 3: KeyUpdate, asking for one back if bit 3; bit 4 makes it malformed (request value 2: illegal_parameter);
+/// - `k % 8` 0-1: application data: a length byte L and L content bytes, then `(k >> 3) & 7` zeros of padding;
+/// - 2: the first two times, a record near the size limit: a byte B, and an inner plaintext of 2^14 + 1 - 128 + B
+///   bytes (content of the next byte repeated, or with bit 3 one content byte and zero padding); above 2^14 + 1 it
+///   is record_overflow. After two, or when the write size is 1 or 7 (16 KiB a byte at a time is 30 ms an input),
+///   as 0-1;
+/// - 3: KeyUpdate, asking for one back if bit 3; bit 4 makes it malformed (request value 2: illegal_parameter); bit 5
+///   puts a second KeyUpdate behind it in the same record (unexpected_message: a key change must end its record);
 /// - 4: an alert with the next byte as its description (0 close_notify, 90 user_canceled, others fatal);
 /// - 5: a record whose content type is not allowed (no type at all, change_cipher_spec, 24 or 99, by bits 3-4);
 /// - 6: L raw bytes, not a record (what follows is unknowable: only the data before must hold);
 /// - 7: an empty application data record.
+///
+/// A KeyUpdate beyond the budget (`keyUpdateBurst`, one more per `keyUpdateBytes` of data, capped) fails the read.
 ///
 /// Invariants: no crash and no hang; the application bytes that come out are exactly those of the data records (a
 /// prefix of them when a bad record ends the connection: bytes opened in the same read as the bad record are
@@ -36,20 +43,33 @@ enum TLSRecordScenario {
         let suite = TLSRecordLayer.Suite(rawValue: Int32(input[0] & 3) % 3) ?? .aes128GCM
         let writeSize = [Int.max, 1, 7, 1000][Int(input[0] >> 2) & 3]
         let clientSecret = [UInt8](repeating: 0x11, count: 48), serverSecret = [UInt8](repeating: 0x22, count: 48)
-        let server = TLSRecordLayer(suite: suite, clientSecret: clientSecret, serverSecret: serverSecret, writeSeq: 0)
-        let client = TLSRecordLayer(suite: suite, clientSecret: serverSecret, serverSecret: clientSecret, writeSeq: 0)
+        guard let server = TLSRecordLayer(suite: suite, readSecret: clientSecret, writeSecret: serverSecret, writeSeq: 0),
+              let client = TLSRecordLayer(suite: suite, readSecret: serverSecret, writeSecret: clientSecret, writeSeq: 0) else {
+            return "the keys could not be derived"
+        }
         let crypto = TLSRecordCrypto()
+        // The client seals with room for oversized records, as a misbehaving peer would.
+        let clientCrypto = TLSRecordCrypto(recordCapacity: TLSRecordLayer.maxPlaintext + TLSRecordLayer.overhead + 512)
 
         // The client's stream, and what the server must make of it.
         var stream: [UInt8] = []
         var expected: [UInt8] = []
         var answersOwed = 0
         var ending = Ending.open
+        // The server's KeyUpdate budget, as the layer keeps it.
+        var credit = TLSRecordLayer.maxKeyUpdateCredit
+        var bigRecords = 0
         func seal(_ inner: [UInt8]) -> String? {
-            guard client.beginRecord(length: inner.count - 1, crypto: crypto),
-                  inner.withUnsafeBytes({ client.sealMore($0.baseAddress!, $0.count, crypto: crypto) }),
-                  let length = client.sealTag(crypto: crypto) else { return "the client could not seal a record" }
-            stream += UnsafeRawBufferPointer(start: crypto.record.baseAddress!, count: length)
+            guard client.beginRecord(length: inner.count - 1, crypto: clientCrypto, maxLength: Int.max),
+                  inner.withUnsafeBytes({ client.sealMore($0.baseAddress!, $0.count, crypto: clientCrypto) }),
+                  let length = client.sealTag(crypto: clientCrypto) else { return "the client could not seal a record" }
+            stream += UnsafeRawBufferPointer(start: clientCrypto.record.baseAddress!, count: length)
+            return nil
+        }
+        func data(_ content: [UInt8], padding: Int) -> String? {
+            if let problem = seal(content + [23] + [UInt8](repeating: 0, count: padding)) { return problem }
+            expected += content
+            credit = min(TLSRecordLayer.maxKeyUpdateCredit, credit + content.count)
             return nil
         }
         var i = 1
@@ -65,15 +85,27 @@ enum TLSRecordScenario {
         }
         while ending == .open, let k = byte() {
             switch k % 8 {
+            case 2 where bigRecords < 2 && writeSize >= 1000:
+                bigRecords += 1
+                let inner = TLSRecordLayer.maxInnerPlaintext - 128 + Int(byte() ?? 0)
+                let fill = byte() ?? 0x61
+                let content = [UInt8](repeating: fill, count: k & 0x08 != 0 ? 1 : inner - 1)
+                if inner > TLSRecordLayer.maxInnerPlaintext {
+                    if let problem = seal(content + [23] + [UInt8](repeating: 0, count: inner - 1 - content.count)) { return problem }
+                    ending = .invalid
+                } else if let problem = data(content, padding: inner - 1 - content.count) {
+                    return problem
+                }
             case 0, 1, 2:
-                let content = bytes(Int(byte() ?? 0))
-                if let problem = seal(content + [23] + [UInt8](repeating: 0, count: Int(k >> 3) & 7)) { return problem }
-                expected += content
+                if let problem = data(bytes(Int(byte() ?? 0)), padding: Int(k >> 3) & 7) { return problem }
             case 3:
                 let malformed = k & 0x10 != 0
+                let bundled = k & 0x20 != 0
                 let request: UInt8 = malformed ? 2 : (k & 0x08 != 0 ? 1 : 0)
-                if let problem = seal([24, 0, 0, 1, request, 22]) { return problem }
-                if malformed { ending = .invalid; break }
+                let message: [UInt8] = [24, 0, 0, 1, request]
+                if let problem = seal(message + (bundled ? [24, 0, 0, 1, 0] : []) + [22]) { return problem }
+                if malformed || bundled || credit < TLSRecordLayer.keyUpdateBytes { ending = .invalid; break }
+                credit -= TLSRecordLayer.keyUpdateBytes
                 guard client.keyUpdateSent() else { return "the client's key update failed" }
                 if request == 1 { answersOwed += 1 }
             case 4:
@@ -141,7 +173,7 @@ enum TLSRecordScenario {
             do {
                 _ = try server.sendPending(fd: fds[0])
                 draining: while true {
-                    switch try client.read(fd: fds[1], into: destination, room: room, crypto: crypto) {
+                    switch try client.read(fd: fds[1], into: destination, room: room, crypto: clientCrypto) {
                     case .processed(0): return "the client read EOF while the stream was being written"
                     case .processed: return "the client got application data it was never sent"
                     case .wouldBlock: break draining
@@ -184,7 +216,7 @@ enum TLSRecordScenario {
             if rounds2 > 64 { return "the client never got the server's record" }
             do {
                 _ = try server.sendPending(fd: fds[0])
-                switch try client.read(fd: fds[1], into: destination, room: room, crypto: crypto) {
+                switch try client.read(fd: fds[1], into: destination, room: room, crypto: clientCrypto) {
                 case .processed(0): return "the client read EOF"
                 case .processed(let n): got += UnsafeRawBufferPointer(start: destination, count: n)
                 case .wouldBlock: break

@@ -56,10 +56,9 @@ final class TestTLSClient {
         ssl = session
         ERR_clear_error()
         guard SSL_do_handshake(ssl) == 1 else {
-            let reason = openSSLErrors()
-            SSL_free(ssl)
-            Glibc.close(fd)
-            throw HubTestError("TLS handshake failed: \(reason)")
+            // Every stored property is set, so deinit frees the session and closes the socket (freeing them here
+            // too was a double free, which aborted the test process on the first failed handshake).
+            throw HubTestError("TLS handshake failed: \(openSSLErrors())")
         }
     }
 
