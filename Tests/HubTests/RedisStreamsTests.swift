@@ -29,13 +29,19 @@ struct RedisStreamsKeyTests {
         #expect(Set(tricky.map(streams.historyKey)).count == tricky.count)
     }
 
-    @Test func fanoutMessagesParseWithNewlinesInTheEvent() {
+    /// Fan-out messages are length-prefixed (`ClusterWire`): a newline in an account id (the second red team's
+    /// `victim\nEVIL\n1700000000000`) or in the event is a byte like any other.
+    @Test func fanoutMessagesParseWithNewlinesInTheIdAndTheEvent() {
         let streams = RedisStreams()
-        let payload = Array("EPOCH1\n42\na:3:abc:acc\n{\"type\":\"x\",\n\"data\":1}".utf8)
+        let id = "a:3:abc:victim\nEVIL\n1700000000000"
+        let event = "{\"type\":\"x\",\n\"data\":1}"
+        let payload = Array("6:EPOCH142:\(id.utf8.count):\(id)\(event)".utf8)
         let push = RESPValue.push([.bulk(Array("message".utf8)), .bulk(Array("hub:{3}:fan".utf8)), .bulk(payload)])
-        #expect(streams.message(from: push) == .init(epoch: "EPOCH1", seq: 42, streamID: "a:3:abc:acc", event: "{\"type\":\"x\",\n\"data\":1}"))
+        #expect(streams.message(from: push) == .init(epoch: "EPOCH1", seq: 42, streamID: ExactString(id), event: Array(event.utf8)))
         #expect(streams.message(from: .push([.bulk(Array("subscribe".utf8)), .bulk([]), .integer(1)])) == nil)
         #expect(streams.message(from: .push([.bulk(Array("message".utf8)), .bulk([]), .bulk(Array("x\ny".utf8))])) == nil)
+        // The old newline-separated layout is not read as this one.
+        #expect(streams.message(from: .push([.bulk(Array("message".utf8)), .bulk([]), .bulk(Array("EPOCH1\n42\na:3:abc:acc\n{}".utf8))])) == nil)
     }
 }
 
@@ -95,7 +101,7 @@ struct RedisStreamsTests {
         #expect(subscriber.waitFor(20) { subscriber.pushed.count == 4 + 900 })
         let messages = subscriber.pushed.compactMap(streams.message)
         #expect(messages.map(\.seq) == Array(1...900))
-        #expect(messages.allSatisfy { $0.streamID == stream.id && $0.epoch == all.epoch })
+        #expect(messages.allSatisfy { $0.streamID == ExactString(stream.id) && $0.epoch == all.epoch })
         #expect(Set(messages.map(\.event)).count == 900)
     }
 
@@ -108,7 +114,7 @@ struct RedisStreamsTests {
         let stream = RedisStreams.Stream(channel: "profile_updates", account: nil)
         _ = try publish(r, streams, stream, (1...10).map { "event \($0)" }, epoch: "EPOCH")
         let after7 = try read(r, streams, stream, after: 7, limit: 100).get()
-        #expect(after7 == .init(epoch: "EPOCH", seq: 10, firstRetained: 1, entries: (8...10).map { .init(seq: $0, event: "event \($0)") }))
+        #expect(after7 == .init(epoch: "EPOCH", seq: 10, firstRetained: 1, entries: (8...10).map { .init(seq: $0, event: Array("event \($0)".utf8)) }))
         #expect(try read(r, streams, stream, after: 3, limit: 2).get().entries.map(\.seq) == [4, 5], "limit")
         #expect(try read(r, streams, stream, after: 10, limit: 100).get().entries.isEmpty)
         #expect(try read(r, streams, stream, after: 15, limit: 100).get().entries.isEmpty)
@@ -130,7 +136,7 @@ struct RedisStreamsTests {
         _ = try r.call(["SCRIPT", "FLUSH"]).get()
         let again = try publish(r, streams, stream, ["c"], epoch: "NEW").map { try $0.get() }
         #expect(again == [.init(seq: 1, epoch: "NEW")])
-        #expect(try read(r, streams, stream, after: 0, limit: 10).get().entries == [.init(seq: 1, event: "c")])
+        #expect(try read(r, streams, stream, after: 0, limit: 10).get().entries == [.init(seq: 1, event: Array("c".utf8))])
     }
 
     @Test("an idempotency key: a repeat within the window gets the first seq and changes nothing; other keys, other streams and an expired key are new",
@@ -151,7 +157,7 @@ struct RedisStreamsTests {
         #expect(try publish(a, "second", key: "k2") == .init(seq: 2, epoch: "E", duplicate: false))
         #expect(try publish(b, "other stream", key: "k1") == .init(seq: 1, epoch: "E", duplicate: false))
         #expect(try publish(a, "no key", key: nil) == .init(seq: 3, epoch: "E", duplicate: false))
-        #expect(try read(r, streams, a, after: 0, limit: 10).get().entries.map(\.event) == ["first", "second", "no key"],
+        #expect(try read(r, streams, a, after: 0, limit: 10).get().entries.map(\.event) == ["first", "second", "no key"].map { Array($0.utf8) },
                 "the retry was neither kept nor numbered")
         #expect(try publish(a, "short window", key: "k3", window: 100).seq == 4)
         usleep(300_000)

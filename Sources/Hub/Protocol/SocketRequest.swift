@@ -14,6 +14,10 @@ public enum SocketErrorCode: String, Sendable, Hashable {
     /// Cluster mode: Redis is unreachable, so the event could not be numbered; nothing was published. Retry (with
     /// the same idempotency key).
     case brokerUnavailable = "BROKER_UNAVAILABLE"
+    /// Cluster mode: the publish reached Redis (or may have), and the connection was lost before its answer: the
+    /// event may or may not be numbered and delivered. Retry with the same idempotency key only: a first publish
+    /// that did run is then answered as a duplicate, with its seq.
+    case publishOutcomeUnknown = "PUBLISH_OUTCOME_UNKNOWN"
 }
 
 /// An error reply: `{"ok":false,"error":{"code":...,"message":...},"id":...}`.

@@ -48,6 +48,8 @@ public struct ClusterStatistics: Sendable {
     public var unfillable = 0
     /// Streams whose epoch changed while followed (their keys expired or Redis lost them).
     public var epochChanges = 0
+    /// Events of followed streams this node could not decode (written by a node of another version, or damaged).
+    public var undecodable = 0
     public var reconnects = 0
     /// Round trips of publish scripts: count and summed nanoseconds, and the largest.
     public var publishRoundTrips = 0
@@ -108,7 +110,8 @@ public final class RedisBroker: Broker, @unchecked Sendable {
     /// With sharded pub/sub the publish script cannot read the node registry (another slot): the live nodes' ids as
     /// of the last heartbeat are passed to it instead (nil until the first list).
     private var liveNodes: (ids: [String], asOf: Int64)? = nil
-    private var followed: [String: Follow] = [:]
+    /// By the stream id's bytes (`ExactString`): canonically equivalent accounts are two streams here too.
+    private var followed: [ExactString: Follow] = [:]
     /// Events to hand to each loop at the next flush (index: the loop's, as in `shards`).
     private var outgoing: [[PublishedEvent]] = []
     private var flushScheduled = false
@@ -408,15 +411,27 @@ public final class RedisBroker: Broker, @unchecked Sendable {
         let idempotencyKey: String?
     }
 
-    /// `TYPE \n WALL_MS \n DATA`: what the history keeps and the fan-out carries (the stream says channel and account,
-    /// the script says seq).
+    /// The event as the history keeps it and the fan-out carries it (`ClusterWire`; the stream says channel and
+    /// account, the script says seq). Type and data are validated UTF-8, so the text is too.
     static func eventText(type: String, wallMillis: Int64, data: UnsafeRawBufferPointer) -> String {
-        var text = type
-        text += "\n"
-        text += String(wallMillis)
-        text += "\n"
-        text += String(decoding: data, as: UTF8.self)
-        return text
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(type.utf8.count + data.count + 24)
+        ClusterWire.appendEvent(type: type.utf8, wallMillis: UInt64(max(0, wallMillis)), data: data, to: &bytes)
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// What a failed publish script tells the backend. "Nothing was published" only when the script cannot have
+    /// reached Redis (not connected, over the queue cap, refused by Redis before running); once it was written, a
+    /// lost connection (a stall past `stallMillis` included: Redis may run it when it wakes) leaves it unknown.
+    static func publishFailure(_ error: RedisError) -> BrokerFailure {
+        switch error.kind {
+        case .connectionLost, .closed, .protocolError:
+            return BrokerFailure(code: SocketErrorCode.publishOutcomeUnknown.rawValue,
+                                 message: "the publish was sent to Redis and its answer lost (\(error.message)): it may or may not "
+                                    + "have been published; retry with the same idempotencyKey")
+        case .unavailable, .overloaded, .server, .handshake, .badURL:
+            return BrokerFailure(message: "Redis is unavailable (\(error.message)); nothing was published, retry")
+        }
     }
 
     private func publishOnLoop(_ items: [PublishItem], completion: @escaping @Sendable (PublishOutcome) -> Void) {
@@ -438,7 +453,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
                     replies[i] = PublishReply(seq: n.seq, delivered: n.delivered, duplicate: n.duplicate)
                     if !n.duplicate { numbered.append((i, n.seq)) }
                 case .failure(let error):
-                    replies[i].failure = BrokerFailure(message: "Redis is unavailable (\(error.message)); nothing was published, retry")
+                    replies[i].failure = Self.publishFailure(error)
                 }
                 remaining -= 1
                 guard remaining == 0 else { return }
@@ -456,7 +471,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
                 var delivered: [Int] = []
                 for (index, seq) in numbered {
                     let item = items[index]
-                    if let event = self.frame(key: item.key, seq: seq, text: item.text) {
+                    if let event = self.frame(key: item.key, seq: seq, event: Array(item.text.utf8)) {
                         events.append(event)
                         delivered.append(replies[index].delivered)
                     }
@@ -508,7 +523,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
             }
         }
         follow.lastSeq = message.seq
-        emit(follow, seq: message.seq, text: message.event)
+        emit(follow, seq: message.seq, event: message.event)
     }
 
     /// Reads what the stream has after the node's last seq, delivers it, then the parked messages.
@@ -536,7 +551,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
                             self.stats.withLock { $0.unfillable += Int(entry.seq - last - 1) }
                         }
                         follow.lastSeq = entry.seq
-                        self.emit(follow, seq: entry.seq, text: entry.event)
+                        self.emit(follow, seq: entry.seq, event: entry.event)
                         self.stats.withLock { $0.filledEvents += 1 }
                     }
                 }
@@ -562,7 +577,8 @@ public final class RedisBroker: Broker, @unchecked Sendable {
     /// A followed stream's numbering restarted: its subscribers on this node are closed with 1012.
     private func restarted(_ follow: Follow, from old: String, to new: String) {
         stats.withLock { $0.epochChanges += 1 }
-        log("cluster: stream \(follow.stream.channel)\(follow.stream.account.map { " of \($0)" } ?? " (broadcast)") restarted its numbering"
+        // The account is quoted with its control characters escaped: an id may hold a newline, and must not forge a line.
+        log("cluster: stream \(follow.stream.channel)\(follow.stream.account.map { " of \($0.debugDescription)" } ?? " (broadcast)") restarted its numbering"
             + " (epoch \(old) → \(new)); closing its subscribers here with 1012 so they resubscribe")
         for shard in shards { shard.numberingRestarted(follow.key) }
     }
@@ -574,9 +590,16 @@ public final class RedisBroker: Broker, @unchecked Sendable {
         }
     }
 
-    private func emit(_ follow: Follow, seq: UInt64, text: String) {
+    private func emit(_ follow: Follow, seq: UInt64, event bytes: [UInt8]) {
         // Only the loops that have followers of the stream (none once nobody here follows it).
-        guard follow.followers > 0, let event = frame(key: follow.key, seq: seq, text: text) else { return }
+        guard follow.followers > 0 else { return }
+        guard let event = frame(key: follow.key, seq: seq, event: bytes) else {
+            // Not an event this version writes (a node of another version, or a damaged history entry): said, not
+            // silently dropped.
+            stats.withLock { $0.undecodable += 1 }
+            log("cluster: dropped event \(seq) of \(follow.stream.channel) that this node cannot decode; do all nodes run the same version?")
+            return
+        }
         if outgoing.count != shards.count { outgoing = Array(repeating: [], count: shards.count) }
         for (i, n) in follow.perLoop.enumerated() where n > 0 { outgoing[i].append(event) }
         if !flushScheduled {
@@ -594,21 +617,19 @@ public final class RedisBroker: Broker, @unchecked Sendable {
         }
     }
 
-    /// The WebSocket frame of an event from its Redis text (`TYPE \n WALL_MS \n DATA`); nil for text that is not one.
-    private func frame(key: StreamKey, seq: UInt64, text: String) -> PublishedEvent? {
-        var utf8 = Array(text.utf8)
-        guard let first = utf8.firstIndex(of: 0x0A),
-              let second = utf8[(first + 1)...].firstIndex(of: 0x0A),
-              let wallMillis = Int64(String(decoding: utf8[(first + 1)..<second], as: UTF8.self)),
-              key.channel >= 0, key.channel < channelNames.count else { return nil }
-        let type = String(decoding: utf8[..<first], as: UTF8.self)
-        let nowWall = wallClockSeconds()
-        let nowMono = monotonicNanos()
-        // The publish time on this node's monotonic clock (for latency and replay order), never in the future.
-        let ageNanos = UInt64(max(0, (nowWall * 1000 - Double(wallMillis)) * 1_000_000))
-        let acceptedAt = nowMono > ageNanos ? nowMono - ageNanos : 0
-        return utf8.withUnsafeMutableBytes { bytes in
-            let data = UnsafeRawBufferPointer(rebasing: bytes[(second + 1)...])
+    /// The WebSocket frame of an event from its `ClusterWire` bytes; nil for bytes that are not one.
+    private func frame(key: StreamKey, seq: UInt64, event: [UInt8]) -> PublishedEvent? {
+        guard key.channel >= 0, key.channel < channelNames.count else { return nil }
+        return event.withUnsafeBytes { bytes -> PublishedEvent? in
+            guard let e = ClusterWire.event(0..<bytes.count, in: bytes),
+                  let type = String(validating: bytes[e.type], as: UTF8.self) else { return nil }
+            let wallMillis = Double(e.wallMillis)
+            let nowWall = wallClockSeconds()
+            let nowMono = monotonicNanos()
+            // The publish time on this node's monotonic clock (for latency and replay order), never in the future.
+            let ageNanos = UInt64(max(0, (nowWall * 1000 - wallMillis) * 1_000_000))
+            let acceptedAt = nowMono > ageNanos ? nowMono - ageNanos : 0
+            let data = UnsafeRawBufferPointer(rebasing: bytes[e.data])
             let draft = EventDraft(channel: key.channel, account: key.account, type: type, data: data)
             return LocalBroker.frame(draft, channelName: channelNames[key.channel], seq: seq, now: acceptedAt,
                                      wall: Double(wallMillis) / 1000, writer: &writer)
@@ -640,7 +661,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
             return read(reads, on: commands, completion: completion)
         }
         // Per-stream channels: the read may only be sent once the subscription to every stream is confirmed.
-        let unconfirmed = reads.compactMap { followed[stream(for: $0.stream).id] }.filter { !$0.confirmed }
+        let unconfirmed = reads.compactMap { followed[stream(for: $0.stream).exactID] }.filter { !$0.confirmed }
         guard !unconfirmed.isEmpty else { return read(reads, on: commands, completion: completion) }
         guard let subscriber, subscriber.canSend else {
             completion(.failure(Self.subscribeUnavailable(nil)))
@@ -683,7 +704,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
                 switch result {
                 case .success(let r):
                     positions[i] = self.position(read, r)
-                    if let follow = self.followed[stream.id], follow.lastSeq == nil, let epoch = r.epoch {
+                    if let follow = self.followed[stream.exactID], follow.lastSeq == nil, let epoch = r.epoch {
                         follow.epoch = epoch
                         follow.lastSeq = r.seq
                     }
@@ -720,7 +741,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
             var events: [RetainedEvent] = []
             var expected = resume.seq + 1
             for entry in r.entries where entry.seq <= r.seq {
-                guard entry.seq == expected, let event = frame(key: read.stream, seq: entry.seq, text: entry.event) else { break }
+                guard entry.seq == expected, let event = frame(key: read.stream, seq: entry.seq, event: entry.event) else { break }
                 events.append(RetainedEvent(event))
                 expected += 1
             }
@@ -731,7 +752,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
 
     private func follow(_ key: StreamKey, loop: Int) {
         let stream = self.stream(for: key)
-        let id = stream.id
+        let id = stream.exactID
         let follow: Follow
         if let existing = followed[id] {
             follow = existing
@@ -751,7 +772,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
         loop.execute { [unowned self] in
             for key in keys {
                 let stream = self.stream(for: key)
-                let id = stream.id
+                let id = stream.exactID
                 guard let follow = self.followed[id] else { continue }
                 follow.add(loop: index, -1)
                 if follow.followers <= 0 {
@@ -915,7 +936,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
                 case .success(let read):
                     guard let epoch = read.epoch else { return completion(.success(nil)) }
                     let events = read.entries.compactMap { entry in
-                        self.frame(key: key, seq: entry.seq, text: entry.event).map { RetainedEvent($0) }
+                        self.frame(key: key, seq: entry.seq, event: entry.event).map { RetainedEvent($0) }
                     }
                     completion(.success(StreamHistory(epoch: "\(self.epoch).\(epoch)", seq: read.seq, events: events)))
                 }

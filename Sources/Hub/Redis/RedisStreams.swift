@@ -18,7 +18,7 @@ import WSProtocol
 /// name's byte count, so no channel or account spelling can make two streams share a key).
 ///
 /// **Publish** is one script: create the stream with the caller's candidate epoch if it has none, `HINCRBY` the
-/// seq, `XADD` with `MAXLEN ~ size`, refresh both keys' TTL, publish `EPOCH \n SEQ \n ID \n EVENT` on the stream's
+/// seq, `XADD` with `MAXLEN ~ size`, refresh both keys' TTL, publish the message (`ClusterWire`) on the stream's
 /// (or shard's) channel, sum the presence counts of live nodes, return `[seq, epoch, 0, delivered]`. With an
 /// idempotency key (a fourth key, `P:{N}:i:…`, same slot), a key seen within its window returns the first
 /// publish's `[seq, epoch, 1, delivered]` and does nothing else; a new one is stored with the window as its TTL. A stream whose keys vanished (TTL, FLUSHALL, a Redis restart without
@@ -56,8 +56,9 @@ public struct RedisStreams: Sendable {
         self.layout = layout
     }
 
-    /// A stream as Redis knows it.
-    public struct Stream: Sendable, Equatable, Hashable {
+    /// A stream as Redis knows it. Equal and hashed by the bytes of its names (`ExactString`), never by `String`'s
+    /// canonical equivalence: two accounts spelled NFC and NFD are two streams.
+    public struct Stream: Sendable, Hashable {
         public let channel: String
         /// nil: the channel's broadcast stream.
         public let account: String?
@@ -70,6 +71,18 @@ public struct RedisStreams: Sendable {
         var id: String {
             if let account { return "a:\(channel.utf8.count):\(channel):\(account)" }
             return "b:\(channel.utf8.count):\(channel)"
+        }
+
+        /// The id as a key: by bytes.
+        var exactID: ExactString { ExactString(id) }
+
+        public static func == (a: Stream, b: Stream) -> Bool {
+            ExactString(a.channel) == ExactString(b.channel) && a.account.map { ExactString($0) } == b.account.map { ExactString($0) }
+        }
+
+        public func hash(into hasher: inout Hasher) {
+            hasher.combine(ExactString(channel))
+            hasher.combine(account.map { ExactString($0) })
         }
     }
 
@@ -131,7 +144,7 @@ public struct RedisStreams: Sendable {
           redis.call('PEXPIRE', KEYS[1], ARGV[3])
           redis.call('PEXPIRE', KEYS[2], ARGV[3])
         end
-        redis.call(ARGV[6], ARGV[4], epoch .. '\\n' .. seq .. '\\n' .. ARGV[7] .. '\\n' .. ARGV[5])
+        redis.call(ARGV[6], ARGV[4], #epoch .. ':' .. epoch .. seq .. ':' .. #ARGV[7] .. ':' .. ARGV[7] .. ARGV[5])
         local delivered = 0
         local present = redis.call('HGETALL', KEYS[3])
         if #present > 0 then
@@ -278,7 +291,8 @@ public struct RedisStreams: Sendable {
 
     public struct Entry: Sendable, Equatable {
         public let seq: UInt64
-        public let event: String
+        /// The event as the publisher encoded it (`ClusterWire` event).
+        public let event: [UInt8]
     }
 
     /// Reads the stream's position and up to `limit` entries after `after` (limit 0: the position only). With
@@ -309,7 +323,7 @@ public struct RedisStreams: Sendable {
         for entry in list {
             // [ "SEQ-0", ["e", EVENT] ]
             guard let parts = entry.elements, parts.count == 2, let id = parts[0].string, let fields = parts[1].elements,
-                  fields.count == 2, let event = fields[1].string,
+                  fields.count == 2, case .bulk(let event) = fields[1],
                   let dash = id.firstIndex(of: "-"), let seq = UInt64(id[..<dash]) else { return bad() }
             entries.append(Entry(seq: seq, event: event))
         }
@@ -318,30 +332,27 @@ public struct RedisStreams: Sendable {
 
     // MARK: Fan-out messages
 
-    /// One message from a shard channel.
+    /// One message from a fan-out channel.
     public struct Message: Sendable, Equatable {
         public let epoch: String
         public let seq: UInt64
-        /// The stream's ID as in its keys (`a:…` or `b:…`).
-        public let streamID: String
-        public let event: String
+        /// The stream's ID as in its keys (`a:…` or `b:…`), by bytes.
+        public let streamID: ExactString
+        /// The event as the publisher encoded it (`ClusterWire` event).
+        public let event: [UInt8]
     }
 
-    /// Parses a push message (`message`/`smessage`, channel, payload) from a fan-out channel; nil for any other push.
+    /// Parses a push message (`message`/`smessage`, channel, payload) from a fan-out channel; nil for any other push,
+    /// and for a payload that is not a `ClusterWire` message with a UTF-8 epoch and id.
     public func message(from push: RESPValue) -> Message? {
         guard case .push(let items) = push, items.count == 3, let kind = items[0].string,
               kind == "message" || kind == "smessage", case .bulk(let payload) = items[2] else { return nil }
-        // EPOCH \n SEQ \n ID \n EVENT (the event may hold newlines; the first three fields cannot).
-        var fields: [ArraySlice<UInt8>] = []
-        var start = payload.startIndex
-        for i in payload.indices where fields.count < 3 && payload[i] == 0x0A {
-            fields.append(payload[start..<i])
-            start = i + 1
+        return payload.withUnsafeBytes { bytes -> Message? in
+            guard let m = ClusterWire.message(bytes),
+                  let epoch = String(validating: bytes[m.epoch], as: UTF8.self),
+                  let id = String(validating: bytes[m.streamID], as: UTF8.self) else { return nil }
+            return Message(epoch: epoch, seq: m.seq, streamID: ExactString(id), event: Array(bytes[m.event]))
         }
-        guard fields.count == 3, let seq = UInt64(String(decoding: fields[1], as: UTF8.self)) else { return nil }
-        return Message(epoch: String(decoding: fields[0], as: UTF8.self), seq: seq,
-                       streamID: String(decoding: fields[2], as: UTF8.self),
-                       event: String(decoding: payload[start...], as: UTF8.self))
     }
 }
 

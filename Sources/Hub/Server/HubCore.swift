@@ -262,6 +262,7 @@ final class HubCore: Sendable {
                 w.field("published", cluster.published); w.field("publishFailures", cluster.publishFailures)
                 w.field("received", cluster.received); w.field("ignored", cluster.ignored)
                 w.field("gaps", cluster.gaps); w.field("filledEvents", cluster.filledEvents); w.field("unfillable", cluster.unfillable)
+                w.field("undecodable", cluster.undecodable)
                 w.field("epochChanges", cluster.epochChanges); w.field("reconnects", cluster.reconnects)
                 w.field("followedStreams", cluster.followedStreams)
                 if let clusterView {

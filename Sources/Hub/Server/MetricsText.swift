@@ -69,6 +69,8 @@ enum MetricsText {
             metric("hub_broker_gaps_total", "counter", "Cluster mode: gaps in a stream's numbering seen by this node (filled from history).", one(cluster.gaps))
             metric("hub_broker_filled_events_total", "counter", "Cluster mode: events read from history to fill gaps.", one(cluster.filledEvents))
             metric("hub_broker_unfillable_events_total", "counter", "Cluster mode: events a gap fill found trimmed from history.", one(cluster.unfillable))
+            metric("hub_broker_undecodable_events_total", "counter", "Cluster mode: events of followed streams this node could not decode (another version's, or damaged).",
+                   one(cluster.undecodable))
             metric("hub_broker_reconnects_total", "counter", "Cluster mode: Redis connections lost and re-established.", one(cluster.reconnects))
         }
         metric("hub_open_fds", "gauge", "Open file descriptors.", one(openDescriptors))

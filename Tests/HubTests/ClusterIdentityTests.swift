@@ -1,0 +1,89 @@
+import Foundation
+import Glibc
+import Testing
+@testable import Hub
+
+/// Cluster mode with hostile identifiers, through real hubs and a real redis-server: the second red team's breaks
+/// (canonically equivalent accounts merged inside a node; an account id with newlines filed under another account)
+/// and the same property for every kind of byte-distinct id, in both fan-out layouts. And a publish caught in a
+/// Redis stall, whose outcome is unknown rather than "nothing was published".
+@Suite(.serialized, .enabled(if: RedisPeer.enabled, RedisPeer.skipReason))
+struct ClusterIdentityTests {
+    /// Byte-distinct account ids that `String` or a separator-based format would confuse: canonically equivalent
+    /// pairs, newlines (one forging another account's stream id and a seq), NUL and control characters, the
+    /// format's own separator, a one-byte id and a long one (4 000 bytes: a token carrying it stays under 8 KiB).
+    static let accounts: [String] = [
+        "caf\u{E9}", "cafe\u{301}", "\u{C5}", "\u{212B}",
+        "victim", "victim\nEVIL\n1700000000000", "3:a:b\n", "a\u{0}b", "a\u{1}\u{7F}b", ":", "1:", "x",
+        String(repeating: "L", count: 4_000),
+    ]
+
+    /// Every account has a connection on node 1 and, for most, one on node 2; events for every account are published
+    /// through node 0, interleaved. Each connection gets exactly its own account's events, in order, once; each
+    /// `delivered` is exact; nothing is closed.
+    @Test(arguments: RedisStreams.FanoutLayout.allCases)
+    func byteDistinctIdsAreDistinctAccountsOnEveryNode(layout: RedisStreams.FanoutLayout) throws {
+        let c = try ClusterTests.cluster(3, layout: layout)
+        var clients: [(account: Int, ws: TestWebSocket)] = []
+        for (i, account) in Self.accounts.enumerated() {
+            clients.append((i, try c.client(1, account)))
+            if i % 3 != 2 { clients.append((i, try c.client(2, account))) }
+        }
+        let connections = Self.accounts.indices.map { i in clients.filter { $0.account == i }.count }
+        let rounds = 4
+        var lines: [String] = []
+        for round in 0..<rounds {
+            for (i, account) in Self.accounts.enumerated() {
+                lines.append(#"{"op":"publish","channel":"wallet_updates","account":\#(jsonString(account)),"type":"t","data":{"a":\#(i),"r":\#(round)}}"#)
+            }
+        }
+        let replies = try c.nodes[0].admin().requests(lines).map { try parseObject($0) }
+        for (n, reply) in replies.enumerated() {
+            let i = n % Self.accounts.count
+            #expect(reply["seq"] as? Int == n / Self.accounts.count + 1, "account \(i): \(reply)")
+            #expect(reply["delivered"] as? Int == connections[i], "account \(i): delivered \(reply["delivered"] ?? "nil"), expected \(connections[i])")
+        }
+        for (i, ws) in clients {
+            let events = try ClusterTests.events(ws, count: rounds)
+            let mine = events.map { (($0["data"] as? [String: Any])?["a"] as? Int, $0["seq"] as? Int) }
+            #expect(mine.map(\.0) == Array(repeating: i, count: rounds), "account \(i) got \(mine)")
+            #expect(mine.map(\.1) == (1...rounds).map { $0 }, "account \(i): seqs \(mine.map(\.1))")
+            #expect(try ws.isQuiet(for: 0.2), "account \(i) got more (or was closed)")
+        }
+        for node in c.nodes { #expect(!node.log.contains("restarted its numbering"), "\(node.log)") }
+    }
+
+    /// Break 4: during a Redis stall longer than the stall check (3 s), a waiting publish was answered "nothing was
+    /// published, retry", and its script ran when Redis woke. Now the answer is PUBLISH_OUTCOME_UNKNOWN; the event
+    /// was in fact numbered and delivered, and the retry with the same key says so (a duplicate, same seq).
+    @Test func aPublishCaughtInARedisStallIsUnknownNotRefused() throws {
+        let c = try ClusterTests.cluster(2)
+        let ws = try c.client(1, "acc_S")
+        let redis = try #require(c.redis)
+        let pid = redis.process.process.processIdentifier
+        let line = #"{"op":"publish","channel":"wallet_updates","account":"acc_S","type":"t","data":{"n":1},"idempotencyKey":"stall-1","id":"p"}"#
+        // Redis has the publish script cached (a first publish loads it: EVALSHA, NOSCRIPT, EVAL).
+        #expect(try c.nodes[0].publish(channel: "wallet_updates", account: "acc_warm")["seq"] as? Int == 1)
+        #expect(kill(pid, SIGSTOP) == 0)
+        let reply = try? c.nodes[0].request(line)
+        #expect(kill(pid, SIGCONT) == 0)
+        let error = reply?["error"] as? [String: Any]
+        #expect(error?["code"] as? String == "PUBLISH_OUTCOME_UNKNOWN", "\(reply ?? [:])")
+        #expect((error?["message"] as? String)?.contains("idempotencyKey") == true)
+        let events = try ClusterTests.events(ws, count: 1, timeout: 20)
+        #expect(events.first?["seq"] as? Int == 1, "the stalled publish ran when Redis woke: \(events)")
+        var retry: [String: Any] = [:]
+        #expect(eventually(timeout: 15) {
+            retry = (try? c.nodes[0].request(line)) ?? [:]
+            return retry["seq"] != nil
+        }, "\(retry)")
+        #expect(retry["seq"] as? Int == 1 && retry["duplicate"] as? Bool == true, "\(retry)")
+        #expect(try ws.isQuiet(for: 0.3), "delivered once")
+        // While Redis is down for certain (not connected), the answer stays "nothing was published".
+        redis.crash()
+        #expect(eventually(timeout: 5) {
+            let r = try? c.nodes[0].publish(channel: "wallet_updates", account: "acc_S")
+            return (r?["error"] as? [String: Any])?["code"] as? String == "BROKER_UNAVAILABLE"
+        })
+    }
+}
