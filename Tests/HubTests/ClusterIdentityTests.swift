@@ -87,3 +87,69 @@ struct ClusterIdentityTests {
         })
     }
 }
+
+/// Break 3: a Redis restored from an older snapshot rewound a stream's seq within its epoch, and the next events were
+/// numbered again (6-10 twice), dropped by followers as duplicates, with `recovered:true` for a resume past them.
+/// Numbering is now bound to the Redis process (its run id): after a restart, a Redis that keeps everything it
+/// acknowledged (append-only, `appendfsync always`) goes on; any other starts each stream anew under a new epoch,
+/// so followers close with 1012 and resumes answer `epoch_changed`. Each persistence setting, Redis killed with
+/// SIGKILL mid-stream and restarted from its files.
+@Suite(.serialized, .enabled(if: RedisPeer.enabled, RedisPeer.skipReason))
+struct ClusterRedisRestartTests {
+    enum Persistence: String, CaseIterable, Sendable {
+        case none, rdb, aofEverySecond, aofAlways
+        var arguments: [String] {
+            switch self {
+            case .none, .rdb: return ["--save", ""]  // rdb: a SAVE mid-stream, as a snapshot schedule would
+            case .aofEverySecond: return ["--appendonly", "yes", "--appendfsync", "everysec"]
+            case .aofAlways: return ["--appendonly", "yes", "--appendfsync", "always"]
+            }
+        }
+    }
+
+    @Test(arguments: Persistence.allCases)
+    func aRestartedRedisNeverNumbersTwoEventsAlike(_ persistence: Persistence) throws {
+        let directory = try makeRedisDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        var redis = try RedisServer(directory: directory, arguments: persistence.arguments)
+        let c = try ClusterTests.cluster(2, redis: redis)
+        let ws = try c.client(1, "acc_R")
+        for i in 1...10 {
+            #expect(try c.nodes[0].publish(channel: "wallet_updates", account: "acc_R")["seq"] as? Int == i)
+            if i == 5 && persistence == .rdb { #expect(try redis.connect().call(["SAVE"]) == .simple("OK")) }
+        }
+        #expect(try ClusterTests.events(ws, count: 10).compactMap { $0["seq"] as? Int } == Array(1...10))
+        let before = try IntegrationRecoveryTests.position(try parseObject(try {
+            let probe = try c.client(0, "acc_R", channels: [])
+            try IntegrationRecoveryTests.subscribe(probe)
+            return try probe.nextText()
+        }()))
+        #expect(before.seq == 10)
+
+        redis.crash()
+        redis = try RedisServer(directory: directory, arguments: persistence.arguments)
+        #expect(eventually(timeout: 15) { c.nodes.allSatisfy { $0.log.components(separatedBy: "cluster: subscribed to").count >= 3 } },
+                "nodes did not resubscribe")
+        var reply: [String: Any] = [:]
+        #expect(eventually(timeout: 10) {
+            reply = (try? c.nodes[0].publish(channel: "wallet_updates", account: "acc_R")) ?? [:]
+            return reply["seq"] != nil
+        }, "\(reply)")
+        let resumer = try c.client(0, "acc_R", channels: [])
+        try IntegrationRecoveryTests.subscribe(resumer, since: before)
+        let resumed = try IntegrationRecoveryTests.position(try IntegrationRecoveryTests.readReplay(resumer).reply)
+        if persistence == .aofAlways {
+            // Nothing acknowledged was lost: numbering goes on, the follower is not disturbed, the resume holds.
+            #expect(reply["seq"] as? Int == 11, "\(reply)")
+            #expect(try ClusterTests.events(ws, count: 1).first?["seq"] as? Int == 11)
+            #expect(resumed.recovered == true && resumed.seq == 11, "\(resumed)")
+        } else {
+            // A new numbering: seq 1 of a new epoch, never a second 6-10 of the old one.
+            #expect(reply["seq"] as? Int == 1, "\(reply)")
+            let closed = try ws.expectClose(timeout: 10)
+            #expect(closed.code == 1012, "\(closed)")
+            #expect(resumed.recovered == false && resumed.reason == "epoch_changed" && resumed.epoch != before.epoch, "\(resumed)")
+        }
+        _ = redis
+    }
+}

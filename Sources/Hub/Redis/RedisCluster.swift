@@ -381,6 +381,7 @@ public final class RedisClusterClient: RedisLink {
         if let c = masters[address] { return c }
         let node = endpoint.node(Self.address(address))
         let c = RedisConnection(endpoint: node, loop: loop, backoff: backoff)
+        c.bindsNumberingToProcess = false
         masters[address] = c
         c.onReady = { [weak self] in self?.updateState() }
         c.onDown = { [weak self, unowned c] error in

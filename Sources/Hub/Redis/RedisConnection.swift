@@ -321,6 +321,18 @@ public final class RedisConnection: ConnectionHandler, RedisLink {
     public var canSend: Bool { state == .ready }
     /// The `mode` the server's HELLO reply gave (`standalone`, `cluster`, `sentinel`), once connected.
     public private(set) var serverMode: String? = nil
+    /// Which Redis process answers, and whether it keeps what it acknowledged across a crash: `RUNID/always` when
+    /// the append-only file is on with `appendfsync always`, `RUNID/lossy` otherwise (RDB, `everysec`, none, or
+    /// settings it would not tell). Read at each connect (INFO, CONFIG GET). A restarted Redis has a new run id.
+    public var serverIdentity: String { bindsNumberingToProcess ? identity : "cluster/always" }
+    private var identity = "unknown/lossy"
+    /// Whether numbering is bound to this Redis process (`serverIdentity`). Not for a Redis Cluster's masters: a slot
+    /// that migrates, or a replica promoted in a failover, carries its streams to another process legitimately, and
+    /// the run id cannot tell that from a rewind (docs/OPERATIONS.md, "Cluster").
+    public var bindsNumberingToProcess = true
+    /// An argument that `send` replaces with `serverIdentity` of the connection that sends it (after a Redis
+    /// Cluster's routing, so it names the master that runs the command).
+    public static let serverIdentityArgument = "\u{1}hub:redis-identity\u{1}"
 
     /// After each successful handshake.
     public var onReady: () -> Void = {}
@@ -395,7 +407,11 @@ public final class RedisConnection: ConnectionHandler, RedisLink {
     /// Sends one command; `reply` runs on the loop thread with its reply (an error reply is `.server`).
     public func send(_ arguments: [String], reply: @escaping Reply) {
         scratch.removeAll(keepingCapacity: true)
-        RESPEncoder.appendCommand(arguments, to: &scratch)
+        if arguments.contains(Self.serverIdentityArgument) {
+            RESPEncoder.appendCommand(arguments.map { $0 == Self.serverIdentityArgument ? serverIdentity : $0 }, to: &scratch)
+        } else {
+            RESPEncoder.appendCommand(arguments, to: &scratch)
+        }
         sendEncoded(scratch, reply: reply)
     }
 
@@ -498,8 +514,9 @@ public final class RedisConnection: ConnectionHandler, RedisLink {
         }
     }
 
-    /// HELLO 3 (with AUTH), then SELECT: written at once (they go out when the connect completes); the connection is
-    /// ready when the last of them is answered.
+    /// HELLO 3 (with AUTH), then SELECT, then what identifies the server (`serverIdentity`): written at once (they
+    /// go out when the connect completes); the connection is ready when the last of them is answered. INFO and
+    /// CONFIG refused (an ACL, a managed Redis) leave the identity unknown and lossy, and are no error.
     private func handshake(on c: Connection) {
         var command: [UInt8] = []
         var hello = ["HELLO", "3"]
@@ -507,25 +524,56 @@ public final class RedisConnection: ConnectionHandler, RedisLink {
         RESPEncoder.appendCommand(hello, to: &command)
         let selecting = endpoint.database != 0
         if selecting { RESPEncoder.appendCommand(["SELECT", String(endpoint.database)], to: &command) }
+        RESPEncoder.appendCommand(["INFO", "server"], to: &command)
+        RESPEncoder.appendCommand(["INFO", "persistence"], to: &command)
+        RESPEncoder.appendCommand(["CONFIG", "GET", "appendfsync"], to: &command)
         _ = command.withUnsafeBytes { c.write(copying: $0) }
+        var refused = false
         pending.append(.reply { [weak self] result in
             guard let self else { return }
             switch result {
-            case .success(let reply):
-                self.serverMode = Self.field("mode", of: reply)
-                if !selecting { self.becameReady() }
-            case .failure(let error): self.handshakeFailed("HELLO 3", error)
+            case .success(let reply): self.serverMode = Self.field("mode", of: reply)
+            case .failure(let error):
+                refused = true
+                self.handshakeFailed("HELLO 3", error)
             }
         })
         if selecting {
             pending.append(.reply { [weak self] result in
-                guard let self else { return }
-                switch result {
-                case .success: self.becameReady()
-                case .failure(let error): self.handshakeFailed("SELECT \(self.endpoint.database)", error)
-                }
+                guard let self, !refused, case .failure(let error) = result else { return }
+                refused = true
+                self.handshakeFailed("SELECT \(self.endpoint.database)", error)
             })
         }
+        var runID = "unknown"
+        var appendOnly = false
+        pending.append(.reply { result in
+            if case .success(let info) = result, let id = Self.infoField("run_id", in: info), !id.isEmpty { runID = id }
+        })
+        pending.append(.reply { result in
+            if case .success(let info) = result { appendOnly = Self.infoField("aof_enabled", in: info) == "1" }
+        })
+        pending.append(.reply { [weak self] result in
+            guard let self else { return }
+            var always = false
+            if case .success(let reply) = result, let items = reply.elements ?? { if case .map(let m) = reply { return m } else { return nil } }(),
+               items.count == 2 {
+                always = items[1].string == "always"
+            }
+            guard !refused else { return }
+            self.identity = runID + (appendOnly && always ? "/always" : "/lossy")
+            self.becameReady()
+        })
+    }
+
+    /// A `name:value` line of an INFO reply.
+    static func infoField(_ name: String, in reply: RESPValue) -> String? {
+        guard let text = reply.string else { return nil }
+        // `isNewline`: INFO's lines end in CRLF, which is one Character ("\r\n"), equal to neither "\r" nor "\n".
+        for line in text.split(whereSeparator: \.isNewline) where line.hasPrefix(name + ":") {
+            return String(line.dropFirst(name.count + 1))
+        }
+        return nil
     }
 
     /// A field of a RESP3 map reply (HELLO's), as text.

@@ -17,7 +17,8 @@ import WSProtocol
 /// ID is `a:LEN:CHANNEL:ACCOUNT` for an account stream, `b:LEN:CHANNEL` for a broadcast stream (LEN is the channel
 /// name's byte count, so no channel or account spelling can make two streams share a key).
 ///
-/// **Publish** is one script: create the stream with the caller's candidate epoch if it has none, `HINCRBY` the
+/// **Publish** is one script: create the stream with the caller's candidate epoch if it has none (or if another
+/// Redis process numbered it and this one may have lost what it acknowledged: `epochFunction`), `HINCRBY` the
 /// seq, `XADD` with `MAXLEN ~ size`, refresh both keys' TTL, publish the message (`ClusterWire`) on the stream's
 /// (or shard's) channel, sum the presence counts of live nodes, return `[seq, epoch, 0, delivered]`. With an
 /// idempotency key (a fourth key, `P:{N}:i:…`, same slot), a key seen within its window returns the first
@@ -122,7 +123,36 @@ public struct RedisStreams: Sendable {
 
     // MARK: Scripts
 
-    static let publishScript = """
+    /// The stream's epoch (KEYS[1] its meta hash, KEYS[2] its history), created with `candidate` if there is none.
+    /// `server` is `RUNID/always` or `RUNID/lossy` (`RedisConnection.serverIdentity`). A stream last numbered by
+    /// another Redis process may have been rewound (restored from an older snapshot, or the last second of an
+    /// `everysec` append-only file lost in a crash): unless this Redis keeps everything it acknowledged, the stream
+    /// starts a new numbering under a new epoch (with a candidate: a publish, or a subscribe that follows it), so no
+    /// seq is ever given to two events.
+    static let epochFunction = """
+        local function current(candidate, server)
+          local sep = string.find(server, '/', 1, true)
+          local run = string.sub(server, 1, sep - 1)
+          local meta = redis.call('HMGET', KEYS[1], 'epoch', 'run')
+          local epoch = meta[1]
+          if epoch and meta[2] ~= run then
+            if string.sub(server, sep + 1) == 'always' then
+              redis.call('HSET', KEYS[1], 'run', run)
+            elseif candidate then
+              redis.call('DEL', KEYS[2])
+              epoch = false
+            end
+          end
+          if not epoch and candidate then
+            epoch = candidate
+            redis.call('HSET', KEYS[1], 'epoch', epoch, 'seq', 0, 'run', run)
+          end
+          return epoch
+        end
+
+        """
+
+    static let publishScript = epochFunction + """
         if KEYS[4] then
           local prior = redis.call('GET', KEYS[4])
           if prior then
@@ -131,11 +161,7 @@ public struct RedisStreams: Sendable {
             return {tonumber(string.sub(prior, 1, a - 1)), string.sub(prior, a + 1, b - 1), 1, tonumber(string.sub(prior, b + 1))}
           end
         end
-        local epoch = redis.call('HGET', KEYS[1], 'epoch')
-        if not epoch then
-          epoch = ARGV[1]
-          redis.call('HSET', KEYS[1], 'epoch', epoch, 'seq', 0)
-        end
+        local epoch = current(ARGV[1], ARGV[13])
         local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
         if tonumber(ARGV[2]) > 0 then
           redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], seq .. '-0', 'e', ARGV[5])
@@ -187,14 +213,12 @@ public struct RedisStreams: Sendable {
         return redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ':' .. (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)))
         """
 
-    static let readScript = """
-        local epoch = redis.call('HGET', KEYS[1], 'epoch')
-        if not epoch then
-          if ARGV[3] == '' then return {false, 0, 0, {}} end
-          epoch = ARGV[3]
-          redis.call('HSET', KEYS[1], 'epoch', epoch, 'seq', 0)
-          if tonumber(ARGV[4]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[4]) end
-        end
+    static let readScript = epochFunction + """
+        local candidate = nil
+        if ARGV[3] ~= '' then candidate = ARGV[3] end
+        local epoch = current(candidate, ARGV[5])
+        if not epoch then return {false, 0, 0, {}} end
+        if epoch == candidate and tonumber(ARGV[4]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[4]) end
         local seq = tonumber(redis.call('HGET', KEYS[1], 'seq'))
         local oldest = redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', 1)
         local first = 0
@@ -243,7 +267,8 @@ public struct RedisStreams: Sendable {
         let arguments = [candidateEpoch, String(historySize), String(ttlMillis), channel, event,
                          sharded ? "SPUBLISH" : "PUBLISH", s.id, String(max(1, windowMillis)),
                          liveness?.beatsKey ?? "", String(liveness?.staleMillis ?? 0),
-                         (liveNodes?.ids ?? []).joined(separator: ","), String(liveNodes?.asOf ?? 0)]
+                         (liveNodes?.ids ?? []).joined(separator: ","), String(liveNodes?.asOf ?? 0),
+                         RedisConnection.serverIdentityArgument]
         RedisScript.publish.run(on: redis, keys: keys, arguments: arguments) { result in
             completion(result.flatMap { value in
                 guard let items = value.elements, items.count == 4, let seq = items[0].int, seq > 0, let epoch = items[1].string,
@@ -301,7 +326,7 @@ public struct RedisStreams: Sendable {
     public func read(_ stream: Stream, after: UInt64, limit: Int, createEpoch: String? = nil, on redis: any RedisLink,
                      completion: @escaping (Result<Read, RedisError>) -> Void) {
         let s = locate(stream)
-        let arguments = [String(after), String(max(0, limit)), createEpoch ?? "", String(ttlMillis)]
+        let arguments = [String(after), String(max(0, limit)), createEpoch ?? "", String(ttlMillis), RedisConnection.serverIdentityArgument]
         RedisScript.read.run(on: redis, keys: [metaKey(s), historyKey(s)], arguments: arguments) { result in
             completion(result.flatMap(Self.parseRead))
         }
