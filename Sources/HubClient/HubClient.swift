@@ -7,7 +7,8 @@ public struct HubEvent: Sendable, Equatable {
     /// The event's number in its stream (the account's, or the channel's broadcasts when `broadcast`).
     public let seq: UInt64
     public let broadcast: Bool
-    /// `data`, as JSON.
+    /// `data` exactly as the backend published it: the bytes of the event's `data` member, never parsed and written
+    /// again (key order, number spelling, escapes and Unicode forms are the backend's).
     public let data: Data
 
     /// `data` decoded as a `Decodable` model (the seeds' `Wallet`, `UserProfile`, …).
@@ -22,6 +23,9 @@ public enum HubSubscriptionElement: Sendable, Equatable {
     /// Refetch this channel's state through the REST API (`reason`: `epoch_changed`, `too_old`, `too_many`); events
     /// go on from the current position.
     case recoveryFailed(channel: String, reason: String)
+    /// The hub refused to subscribe this channel (`code`: `VALIDATION_ERROR` for a channel it does not serve, …).
+    /// The subscription ends after this element; the other channels are not affected.
+    case refused(channel: String, code: String, message: String)
 }
 
 public enum HubConnectionState: Sendable, Equatable {
@@ -92,6 +96,12 @@ public actor HubClient {
     private var nextID = 1
     /// The last send: each send waits for the one before, so messages leave in the order they were made.
     private var sendChain: Task<Void, Never>?
+    /// Which run of the connection loop owns the client: `start()` and `stop()` each begin a new one, and a loop,
+    /// token request or callback of an older one changes nothing (an app's background/foreground `stop()`/`start()`
+    /// must never let a late answer to the old session close or reset the new one).
+    private var generation = 0
+    /// The channels of each subscribe in flight, by its `id`: a refusal names the request, not the channels.
+    private var subscribeRequests: [String: [String]] = [:]
 
     /// - Parameters:
     ///   - tokenProvider: returns a current access token (the app's REST refresh, the seeds' `TokenRefreshManager`).
@@ -121,14 +131,22 @@ public actor HubClient {
         guard stopped else { return }
         stopped = false
         attempt = 0
-        running = Task { await self.run() }
+        generation += 1
+        let run = generation
+        running = Task { await self.run(run) }
     }
 
-    /// Closes (1000) and stops reconnecting. Subscriptions stay registered for a later `start()`.
+    /// Closes (1000) and stops reconnecting; returns once the connection is closed (the close handshake, or at most
+    /// about 2 s for a hub that does not answer, then the socket is cut). Subscriptions stay registered for a later
+    /// `start()`. Whatever the old run was waiting for (a token, a connect) changes nothing when it comes back.
     public func stop() async {
         stopped = true
+        generation += 1
         running?.cancel()
         running = nil
+        authenticated = false
+        pending.removeAll()
+        subscribeRequests.removeAll()
         if let transport {
             self.transport = nil
             await transport.close(code: 1000, reason: "client stopped")
@@ -173,31 +191,44 @@ public actor HubClient {
 
     // MARK: The connection loop
 
-    private func run() async {
-        while !stopped && !Task.isCancelled {
+    /// The connection loop of run `run` (`generation`). After every suspension it checks it still owns the client;
+    /// a stale loop closes what it opened and returns without touching any state.
+    private func run(_ run: Int) async {
+        while !stopped && !Task.isCancelled && run == generation {
             setState(.connecting)
             let transport = makeTransport()
             self.transport = transport
             authenticated = false
             var code: UInt16 = 1006
             var reason = ""
+            var worked = false
             do {
                 try await transport.connect(url: url, protocols: ["hub.v1"])
+                guard run == generation else { return await transport.close(code: 1000, reason: "client stopped") }
                 let token: String
                 do {
                     token = try await tokenProvider(lastCloseCode == 4001 ? .expired : .connect)
                 } catch {
                     await transport.close(code: 1000, reason: "no token")
+                    guard run == generation else { return }
                     return giveUp("no token: \(error)")
                 }
+                guard run == generation else { return await transport.close(code: 1000, reason: "client stopped") }
                 var auth: [String: Any] = ["type": "auth", "token": token, "platform": configuration.platform, "id": "auth"]
                 if let appVersion = configuration.appVersion { auth["appVersion"] = appVersion }
                 try await transport.send(text: Self.json(auth))
                 lastMessageAt = .now
                 let pinger = Task { await self.keepAlive(transport) }
                 receiving: while true {
-                    switch await transport.receive() {
-                    case .text(let text): handle(text)
+                    let message = await transport.receive()
+                    guard run == generation else {
+                        pinger.cancel()
+                        return await transport.close(code: 1000, reason: "client stopped")
+                    }
+                    switch message {
+                    case .text(let text):
+                        handle(text)
+                        if authenticated { worked = true }
                     case .closed(let c, let r):
                         code = c
                         reason = r
@@ -205,12 +236,19 @@ public actor HubClient {
                     }
                 }
                 pinger.cancel()
+            } catch let error as HubTransportError where error.isConfigurationError {
+                guard run == generation else { return }
+                // A URL this transport cannot serve (wss:// without TLS, no host): no retry can help.
+                if self.transport as AnyObject? === transport as AnyObject { self.transport = nil }
+                return giveUp("configuration: \(error)")
             } catch {
                 reason = "\(error)"
             }
+            guard run == generation else { return }
             if self.transport as AnyObject? === transport as AnyObject { self.transport = nil }
             authenticated = false
             pending.removeAll()
+            subscribeRequests.removeAll()
             lastCloseCode = code
             guard !stopped else { return }
             if code == 4003 {
@@ -220,7 +258,9 @@ public actor HubClient {
             }
             if let connectedAt, ContinuousClock.now - connectedAt > .seconds(60) { attempt = 0 }
             connectedAt = nil
-            let delay: Duration = code == 4001 ? .zero : backoff()
+            // A token that expired on a connection that worked: refresh and reconnect at once, once. A 4001 right at
+            // connect (a cached token, a clock behind the hub's) waits like any failure: no tight loop.
+            let delay: Duration = code == 4001 && worked ? .zero : backoff()
             attempt += 1
             setState(.disconnected(code: code, reason: reason, willRetry: true))
             try? await Task.sleep(for: delay)
@@ -272,6 +312,7 @@ public actor HubClient {
             let channels = subscribers.keys.sorted()
             if !channels.isEmpty { sendSubscribe(channels) }
         case "subscribed":
+            if let id = message["id"] as? String { subscribeRequests[id] = nil }
             for (channel, value) in message["positions"] as? [String: Any] ?? [:] {
                 guard let p = value as? [String: Any], subscribers[channel] != nil else { continue }
                 pending.remove(channel)
@@ -283,7 +324,10 @@ public actor HubClient {
             }
         case "token_expiring":
             Task { await self.refresh() }
-        case "unsubscribed", "pong", "error":
+        case "error":
+            guard let id = message["id"] as? String, let channels = subscribeRequests.removeValue(forKey: id) else { return }
+            subscribeRefused(channels, error: message["error"] as? [String: Any] ?? [:])
+        case "unsubscribed", "pong":
             return
         default:
             guard let channel = message["channel"] as? String, let seq = (message["seq"] as? NSNumber)?.uint64Value else { return }
@@ -300,7 +344,8 @@ public actor HubClient {
                 if broadcast { p.broadcastSeq = seq } else { p.seq = seq }
                 positions[channel] = p
             }
-            let data = message["data"].flatMap { try? JSONSerialization.data(withJSONObject: $0, options: [.fragmentsAllowed]) } ?? Data("null".utf8)
+            let bytes = Array(text.utf8)
+            let data = JSONMember.range(of: "data", in: bytes).map { Data(bytes[$0]) } ?? Data("null".utf8)
             let event = HubEvent(type: type, channel: channel, seq: seq, broadcast: broadcast, data: data)
             yield(.event(event), to: channel)
         }
@@ -311,13 +356,16 @@ public actor HubClient {
     }
 
     private func refresh() async {
+        let run = generation
         let token: String
         do {
             token = try await tokenProvider(.expiring)
         } catch {
+            guard run == generation else { return }
             if let transport { await transport.close(code: 1000, reason: "no token") }
             return giveUp("no token: \(error)")
         }
+        guard run == generation else { return }
         send(["type": "auth", "token": token, "id": "refresh"])
     }
 
@@ -327,10 +375,49 @@ public actor HubClient {
             pending.insert(channel)
             if let p = positions[channel] { since[channel] = ["epoch": p.epoch, "seq": p.seq, "broadcastSeq": p.broadcastSeq] }
         }
-        var message: [String: Any] = ["type": "subscribe", "channels": channels, "id": "s\(nextID)"]
+        let id = "s\(nextID)"
+        var message: [String: Any] = ["type": "subscribe", "channels": channels, "id": id]
         nextID += 1
+        subscribeRequests[id] = channels
         if !since.isEmpty { message["since"] = since }
         send(message)
+    }
+
+    /// The hub refused a subscribe: channels it does not serve end their subscriptions with `.refused`, and the
+    /// others are asked again on their own, so one bad name never takes the valid channels down with it. A rate
+    /// limit is waited out; any other refusal ends the request's channels.
+    private func subscribeRefused(_ channels: [String], error: [String: Any]) {
+        for channel in channels { pending.remove(channel) }
+        let code = error["code"] as? String ?? "ERROR"
+        let message = error["message"] as? String ?? ""
+        let details = error["details"] as? [String: Any]
+        if code == "RATE_LIMITED" {
+            let seconds = (details?["retryAfter"] as? NSNumber)?.doubleValue ?? 1
+            let run = generation
+            Task {
+                try? await Task.sleep(for: .milliseconds(Int(max(0.1, seconds) * 1000)))
+                self.resubscribe(channels, run: run)
+            }
+            return
+        }
+        let refused = Set(details?["unknownChannels"] as? [String] ?? channels)
+        for channel in channels where refused.contains(channel) {
+            let continuations = subscribers[channel]?.values.map { $0 } ?? []
+            subscribers[channel] = nil
+            positions[channel] = nil
+            for continuation in continuations {
+                continuation.yield(.refused(channel: channel, code: code, message: message))
+                continuation.finish()
+            }
+        }
+        let rest = channels.filter { !refused.contains($0) && subscribers[$0] != nil }
+        if !rest.isEmpty && authenticated { sendSubscribe(rest) }
+    }
+
+    private func resubscribe(_ channels: [String], run: Int) {
+        guard run == generation, authenticated else { return }
+        let rest = channels.filter { subscribers[$0] != nil && !pending.contains($0) }
+        if !rest.isEmpty { sendSubscribe(rest) }
     }
 
     private func send(_ message: [String: Any]) {

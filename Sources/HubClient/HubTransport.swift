@@ -25,8 +25,12 @@ public struct HubTransportError: Error, CustomStringConvertible, Sendable {
     public let description: String
     /// The HTTP status of a refused upgrade (401, 429, 503, …), when there was one.
     public let httpStatus: Int?
-    public init(_ description: String, httpStatus: Int? = nil) {
+    /// The URL or the setup cannot work with this transport (a `wss://` URL on a transport without TLS, no host):
+    /// `HubClient` stops at once (`willRetry: false`) rather than retry what cannot succeed.
+    public let isConfigurationError: Bool
+    public init(_ description: String, httpStatus: Int? = nil, isConfigurationError: Bool = false) {
         self.description = description
         self.httpStatus = httpStatus
+        self.isConfigurationError = isConfigurationError
     }
 }

@@ -19,11 +19,14 @@ public final class POSIXTransport: HubTransport {
     /// The longest message accepted from the hub.
     let maxMessageBytes: Int
     let connectTimeout: Double
+    /// How long `close` waits for the hub's answer before it cuts the socket.
+    let closeTimeout: Duration
 
-    public init(maxMessageBytes: Int = 1 << 20, connectTimeout: Double = 10) {
+    public init(maxMessageBytes: Int = 1 << 20, connectTimeout: Double = 10, closeTimeout: Duration = .seconds(2)) {
         (messages, continuation) = AsyncStream.makeStream(of: HubTransportMessage.self)
         self.maxMessageBytes = maxMessageBytes
         self.connectTimeout = connectTimeout
+        self.closeTimeout = closeTimeout
     }
 
     deinit {
@@ -35,8 +38,10 @@ public final class POSIXTransport: HubTransport {
     }
 
     public func connect(url: URL, protocols: [String]) async throws {
-        guard url.scheme == "ws" else { throw HubTransportError("POSIXTransport speaks ws:// only (use URLSessionTransport for wss://): \(url)") }
-        guard let host = url.host else { throw HubTransportError("no host in \(url)") }
+        guard url.scheme == "ws" else {
+            throw HubTransportError("POSIXTransport speaks ws:// only (use URLSessionTransport for wss://): \(url)", isConfigurationError: true)
+        }
+        guard let host = url.host, !host.isEmpty else { throw HubTransportError("no host in \(url)", isConfigurationError: true) }
         let port = url.port ?? 80
         let path = (url.path.isEmpty ? "/" : url.path) + (url.query.map { "?" + $0 } ?? "")
         let timeout = connectTimeout
@@ -70,6 +75,9 @@ public final class POSIXTransport: HubTransport {
         return await it.next() ?? .closed(code: 1006, reason: "")
     }
 
+    /// Sends the close frame and returns once the connection has ended: the hub answers and closes TCP, or after
+    /// `closeTimeout` (a hub that does not answer) the socket is cut, so the reader thread and the descriptor never
+    /// outlive this call.
     public func close(code: UInt16, reason: String) async {
         let payload = closePayload(code: CloseCode(code), reason: reason)
         let shouldSend = state.withLock { s -> Bool in
@@ -77,10 +85,22 @@ public final class POSIXTransport: HubTransport {
             return !s.closeSent && s.fd >= 0
         }
         if shouldSend { try? write(FrameEncoder.clientFrame(opcode: .close, payload: payload)) }
-        // The hub answers the close and closes TCP; the reader then ends. If the socket is dead, end it now.
         let fd = state.withLock { $0.fd }
-        if fd >= 0 { _ = shutdown(fd, Int32(SHUT_WR)) } else { finish(code: code, reason: reason) }
+        guard fd >= 0 else { return finish(code: code, reason: reason) }
+        _ = shutdown(fd, Int32(SHUT_WR))
+        let deadline = ContinuousClock.now + closeTimeout
+        while !isFinished, ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(10)) }
+        if !isFinished {
+            abort()  // the blocked read returns; the reader closes the descriptor and finishes
+            let cut = ContinuousClock.now + .seconds(1)
+            while !isFinished, ContinuousClock.now < cut { try? await Task.sleep(for: .milliseconds(5)) }
+        }
     }
+
+    /// The reader has ended and the descriptor is closed.
+    var isFinished: Bool { state.withLock { $0.closed && $0.fd < 0 } }
+
+
 
     /// Cuts the TCP connection without a close frame (tests: a network that drops).
     public func abort() {

@@ -27,6 +27,7 @@ import Testing
                     switch element {
                     case .event(let e): seen.withLock { $0.events.append(e) }
                     case .recoveryFailed(let channel, let reason): seen.withLock { $0.failures.append("\(channel):\(reason)") }
+                    case .refused(let channel, let code, _): seen.withLock { $0.failures.append("\(channel):refused:\(code)") }
                     }
                 }
             }

@@ -157,7 +157,7 @@ import Testing
     /// report at once. The client within the limit is served throughout.
     @Test func aTLSClientAtTheConnectionLimitIsRefusedInTLS() throws {
         let ca = try TestCA()
-        let (hub, _, _) = try TLSTests.tlsHub(ca, extra: ["--max-connections", "1", "--threads", "1", "--handshake-timeout", "3s"])
+        let (hub, _, _) = try TLSTests.tlsHub(ca, extra: ["--max-connections", "1", "--threads", "1", "--handshake-timeout", "8s"])
         let steady = try TLSTests.subscribedClient(hub, ca: ca, account: "steady")
 
         do {
@@ -167,6 +167,8 @@ import Testing
             #expect(try readUntilEOF(busy.fd, timeout: 5).isEmpty, "the hub closes after its answer")
         }
 
+        func refusing() -> Int? { (try? hub.stats()["tls"] as? [String: Any])?["refusingInTLS"] as? Int }
+        #expect(eventually { refusing() == 0 }, "the answered client's slot was not released")
         // 64 connections that never finish their handshake hold every in-TLS answer of the loop.
         var holders: [Int32] = []
         defer { holders.forEach { close($0) } }
@@ -176,10 +178,11 @@ import Testing
             holders.append(fd)
         }
         var handshaking = -1
-        #expect(eventually {
+        #expect(eventually(timeout: 7) {
             handshaking = (try? hub.stats()["connections"] as? [String: Any])?["handshaking"] as? Int ?? -1
             return handshaking == ClientAcceptor.maxBusyTLSAnswers
         }, "handshaking: \(handshaking)")
+        #expect(refusing() == ClientAcceptor.maxBusyTLSAnswers)
         do {
             _ = try TestTLSClient(port: hub.port, caFile: ca.caFile)
             Issue.record("a handshake completed with every in-TLS answer taken")
@@ -190,7 +193,7 @@ import Testing
         #expect(steady.readTexts(1).first?.contains("still_here") == true)
 
         // The holders time out; in-TLS answers are available again, and none of them counted as a connection.
-        #expect(eventually(timeout: 10) { (try? hub.stats()["connections"] as? [String: Any])?["handshaking"] as? Int == 0 })
+        #expect(eventually(timeout: 20) { (try? hub.stats()["connections"] as? [String: Any])?["handshaking"] as? Int == 0 })
         let again = try TestTLSClient(port: hub.port, caFile: ca.caFile)
         #expect(try again.upgrade().head.hasPrefix("HTTP/1.1 503"))
         #expect((try hub.stats()["connections"] as? [String: Any])?["open"] as? Int == 1)

@@ -11,6 +11,10 @@ the DevTools protocol with `websockets` (the test venv's). Checks, each against 
   - expired: an expired token at start is closed with 4001 `ErrAccessTokenExpired`, which the page sees; the client
     asks for a new token ("expired") and connects;
   - forbidden: an in-band refresh with another account's token is refused with `FORBIDDEN`; the session goes on;
+  - expired_loop: a token endpoint that only ever gives expired tokens: each connect is closed 4001, and the client
+    retries with backoff (a 4001 at connect waits like any failure), not in a tight loop;
+  - unknown_channel: a channel the hub does not serve, subscribed with a valid one: it alone is refused (onRefused),
+    the valid one gets its events, before and after the hub drops the connection;
   - restart: the hub is stopped with SIGTERM and started again; the client sees 1001, reconnects, resumes with `since`
     and gets the events published while it was away: every seq once, in order.
 Prints `ok NAME` or `FAIL NAME: why` per check, then `N passed, N failed`; exits 1 if any failed. Everything it
@@ -115,7 +119,7 @@ def serve(hub):
             if path == "/token":
                 q = dict(p.split("=", 1) for p in query.split("&") if "=" in p)
                 account, mode, n = urllib.request.unquote(q["account"]), q["mode"], int(q["n"])
-                if mode == "expired" and n == 1:
+                if mode == "expired" and n == 1 or mode == "always_expired":
                     token = hub.token(account, -120)  # beyond the hub's 30 s leeway
                 elif mode == "short":
                     token = hub.token(account, 52 if n == 1 else 900)  # 52 s: token_expiring (--token-warning 50) 2 s in
@@ -345,8 +349,41 @@ def main():
                 return "recoveries on the restarted hub: %s; per client: %s" % (recoveries, failed)
             return None
 
+        def expired_loop():
+            browser.evaluate("startClient('l', 'acc_l', 'wallet_updates', 'always_expired')")
+            time.sleep(2)
+            browser.evaluate("clients.l.close()")
+            s = browser.summary("l")
+            closes = [x.get("code") for x in s["states"] if x["state"] == "disconnected" and x.get("willRetry")]
+            # Backoff of 100 ms doubling to 800 ms (full jitter) allows ~10 attempts in 2 s; zero delay hundreds.
+            if not 2 <= len(s["tokens"]) <= 40 or set(closes) != {4001}:
+                return "%d token requests in 2 s, closes %s" % (len(s["tokens"]), closes[:10])
+            return None
+
+        def unknown_channel():
+            browser.evaluate("startClient('u', 'acc_u', 'wallet_updates', 'fresh', 'renamed_updates')")
+            if not connected(browser, "u"):
+                return "not connected: %s" % browser.summary("u")["states"]
+            if not browser.wait_for("record.u.refused.length === 1", 5):
+                return "no refusal: %s" % browser.summary("u")
+            hub.publish("acc_u", "wallet_balance_changed", {"n": 1})
+            if not browser.wait_for("record.u.events.length === 1", 5):
+                return "the valid channel got nothing: %s" % browser.summary("u")["errors"]
+            hub.request({"op": "disconnect", "account": "acc_u"})
+            if not browser.wait_for("record.u.states.filter(s => s.state === 'connected').length === 2", 10):
+                return "did not reconnect: %s" % browser.summary("u")["states"]
+            time.sleep(0.3)
+            hub.publish("acc_u", "wallet_balance_changed", {"n": 2})
+            if not browser.wait_for("record.u.events.length === 2", 5):
+                return "after the reconnect: %s" % browser.summary("u")["events"]
+            s = browser.summary("u")
+            if s["refused"] != [{"channel": "renamed_updates", "code": "VALIDATION_ERROR"}]:
+                return "refused %s" % s["refused"]
+            return None
+
         for name, check in [("delivery", delivery), ("refresh", refresh), ("expired", expired),
-                            ("forbidden", forbidden), ("restart", restart)]:
+                            ("forbidden", forbidden), ("expired_loop", expired_loop), ("unknown_channel", unknown_channel),
+                            ("restart", restart)]:
             checks.run(name, check)
     except Exception as e:
         checks.failed += 1

@@ -65,6 +65,9 @@ export interface HubClientOptions {
 export interface SubscribeOptions {
   /** The hub could not replay what was missed ("epoch_changed", "too_old", "too_many"): refetch over REST. */
   onRecoveryFailed?(reason: string): void;
+  /** The hub refused this channel (`error.code`: `VALIDATION_ERROR` for a channel it does not serve): the
+   *  subscription is dropped; the other channels are not affected. */
+  onRefused?(error: Error & { code?: string; details?: unknown }): void;
 }
 
 export declare class HubClient {

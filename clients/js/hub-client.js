@@ -6,7 +6,9 @@
 // - asks the app's `getToken` for a token on every connect, on `token_expiring` (sent in-band, the connection
 //   stays), and after close 4001 (then reconnects);
 // - reconnects with exponential backoff and full jitter (0 to min(maxDelay, baseDelay * 2^attempt)), the attempt
-//   count reset once a connection has lived a minute;
+//   count reset once a connection has lived a minute; after a 4001 on a connection that worked, at once (a 4001 at
+//   connect waits like any failure);
+// - reports a channel the hub refuses (`onRefused`) and keeps the others subscribed;
 // - resubscribes every channel after a reconnect, resuming with `since` (the last epoch and seqs it handled), drops
 //   duplicates by seq, resubscribes to fill a gap, and tells the app when the hub could not recover a channel
 //   (`onRecoveryFailed`: refetch that state over REST);
@@ -28,6 +30,8 @@ export class HubClient {
   #stopped = true;
   #attempt = 0;
   #connectedAt = 0;
+  /** When the current connection was opened: it worked if it was authenticated after that. */
+  #openedAt = 0;
   #lastMessageAt = 0;
   #reconnectTimer = null;
   #pingTimer = null;
@@ -82,15 +86,16 @@ export class HubClient {
    * Subscribes to `channel`; `onEvent(event)` gets each event once, in seq order per stream.
    * @returns {{unsubscribe(): void}}
    */
-  subscribe(channel, onEvent, { onRecoveryFailed } = {}) {
+  subscribe(channel, onEvent, { onRecoveryFailed, onRefused } = {}) {
     let entry = this.#channels.get(channel);
     if (!entry) {
-      entry = { handlers: new Set(), onRecoveryFailed: null, position: null, pending: false };
+      entry = { handlers: new Set(), onRecoveryFailed: null, onRefused: null, position: null, pending: false };
       this.#channels.set(channel, entry);
       if (this.#state === "connected") this.#sendSubscribe([channel]);
     }
     entry.handlers.add(onEvent);
     if (onRecoveryFailed) entry.onRecoveryFailed = onRecoveryFailed;
+    if (onRefused) entry.onRefused = onRefused;
     return {
       unsubscribe: () => {
         entry.handlers.delete(onEvent);
@@ -116,6 +121,7 @@ export class HubClient {
 
   #open() {
     if (this.#stopped) return;
+    this.#openedAt = Date.now();
     this.#setState("connecting", {});
     let ws;
     try {
@@ -153,6 +159,8 @@ export class HubClient {
     this.#stopPing();
     this.#lastCloseCode = code;
     for (const entry of this.#channels.values()) entry.pending = false;
+    this.#subscribeRequests.clear();
+    const worked = this.#connectedAt > 0 && this.#connectedAt >= this.#openedAt;
     if (this.#stopped) return;
     if (code === CLOSE_UNAUTHORIZED) {
       // The token does not verify: a new connection with the same kind of token would fail again.
@@ -160,12 +168,14 @@ export class HubClient {
       return this.#setState("disconnected", { code, reason, willRetry: false });
     }
     if (Date.now() - this.#connectedAt > 60000 && this.#connectedAt > 0) this.#attempt = 0;
-    this.#scheduleReconnect(code, reason);
+    this.#scheduleReconnect(code, reason, worked);
   }
 
-  #scheduleReconnect(code, reason) {
-    // 4001: the token expired: reconnect at once with a fresh one (getToken is asked with reason "expired").
-    const delay = code === CLOSE_EXPIRED ? 0
+  #scheduleReconnect(code, reason, worked = false) {
+    // 4001 after a connection that worked: the token expired on it; reconnect at once with a fresh one (getToken
+    // is asked with reason "expired"). A 4001 at connect (a cached token, a clock behind the hub's) waits like any
+    // failure: never a tight loop.
+    const delay = code === CLOSE_EXPIRED && worked ? 0
       : Math.random() * Math.min(this.#maxDelay, this.#baseDelay * 2 ** this.#attempt);
     this.#attempt += 1;
     this.#setState("disconnected", { code, reason, willRetry: true, retryIn: Math.round(delay) });
@@ -213,9 +223,16 @@ export class HubClient {
       case "token_expiring":
         this.#refresh("expiring");
         return;
-      case "error":
-        this.#onError(Object.assign(new Error(m.error?.message ?? "hub error"), { code: m.error?.code, id: m.id, details: m.error?.details }));
+      case "error": {
+        const error = Object.assign(new Error(m.error?.message ?? "hub error"), { code: m.error?.code, id: m.id, details: m.error?.details });
+        const channels = this.#subscribeRequests.get(m.id);
+        if (channels) {
+          this.#subscribeRequests.delete(m.id);
+          return this.#subscribeRefused(channels, error);
+        }
+        this.#onError(error);
         return;
+      }
       default:
         if (typeof m.channel === "string" && typeof m.seq === "number") this.#event(m);
     }
@@ -239,7 +256,40 @@ export class HubClient {
     }
     const message = { type: "subscribe", channels, id: "s" + this.#nextId++ };
     if (Object.keys(since).length > 0) message.since = since;
+    this.#subscribeRequests.set(message.id, channels);
     this.#send(message);
+  }
+
+  /** Channels of each subscribe in flight, by id: a refusal names the request. */
+  #subscribeRequests = new Map();
+
+  // The hub refused a subscribe. Channels it does not serve are dropped and reported (onRefused, and onError), the
+  // others are asked again on their own: one bad name never takes the valid channels down with it. A rate limit is
+  // waited out.
+  #subscribeRefused(channels, error) {
+    for (const channel of channels) {
+      const entry = this.#channels.get(channel);
+      if (entry) entry.pending = false;
+    }
+    if (error.code === "RATE_LIMITED") {
+      const ws = this.#ws;
+      setTimeout(() => {
+        if (ws !== this.#ws || this.#state !== "connected") return;
+        const rest = channels.filter((c) => this.#channels.has(c) && !this.#channels.get(c).pending);
+        if (rest.length > 0) this.#sendSubscribe(rest);
+      }, Math.max(100, 1000 * (error.details?.retryAfter ?? 1)));
+      return;
+    }
+    const refused = new Set(error.details?.unknownChannels ?? channels);
+    for (const channel of channels) {
+      if (!refused.has(channel)) continue;
+      const entry = this.#channels.get(channel);
+      this.#channels.delete(channel);
+      try { entry?.onRefused?.(error); } catch (e) { this.#onError(e); }
+    }
+    this.#onError(error);
+    const rest = channels.filter((c) => !refused.has(c) && this.#channels.has(c));
+    if (rest.length > 0) this.#sendSubscribe(rest);
   }
 
   #subscribed(m) {

@@ -204,7 +204,7 @@ final class ClientConnection: ConnectionHandler {
         context.clients[serial] = nil
         context.loop.timers.cancel(timer)
         timer = .none
-        if answersBusy { context.busyTLSAnswers -= 1 } else { hub.clientClosed() }
+        if answersBusy { context.counters.busyTLSAnswers -= 1 } else { hub.clientClosed() }
         phase = .done
         self.connection = nil
     }

@@ -239,6 +239,7 @@ final class HubCore: Sendable {
             w.field("handshakes", total.engine.tlsHandshakes); w.field("handshakeFailures", total.engine.tlsHandshakeFailures)
             w.field("plaintextRefused", total.engine.tlsPlaintextRefused)
             w.field("helloOnPlainPort", total.counters.tlsHelloOnPlainPort)
+            w.field("refusingInTLS", total.counters.busyTLSAnswers)
             w.field("recordLayerConnections", total.engine.tlsRecordLayerConnections)
             w.endObject()
             let history = broker.statistics()
@@ -688,6 +689,7 @@ struct LoopSnapshot: Sendable {
             for i in counters.recoveries.indices { counters.recoveries[i] += s.counters.recoveries[i] }
             counters.replayedEvents += s.counters.replayedEvents
             counters.tlsHelloOnPlainPort += s.counters.tlsHelloOnPlainPort
+            counters.busyTLSAnswers += s.counters.busyTLSAnswers
             engine = engine + s.engine
             subscriptions += s.subscriptions
             rates.messagesIn += s.rates.messagesIn

@@ -258,7 +258,7 @@ final class ClientAcceptor: ListenerDelegate {
         if !admitted {
             context.counters.rejectedConnections += 1
             // A plain client reads the 503 at once; a TLS client can read it only after a handshake.
-            guard tls != nil, context.busyTLSAnswers < Self.maxBusyTLSAnswers else {
+            guard tls != nil, context.counters.busyTLSAnswers < Self.maxBusyTLSAnswers else {
                 refuse(fd)
                 Glibc.close(fd)
                 return
@@ -274,7 +274,7 @@ final class ClientAcceptor: ListenerDelegate {
             if admitted { hub.clientClosed() }
             return
         }
-        if !admitted { context.busyTLSAnswers += 1 }
+        if !admitted { context.counters.busyTLSAnswers += 1 }
         context.clients[client.serial] = client
         client.start()
         // The listener defers accepts until the client has sent something (`clientSpeaksFirst`): its request is

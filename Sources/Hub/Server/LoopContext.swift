@@ -22,6 +22,8 @@ struct LoopCounters: Sendable {
     var replayedEvents = 0
     /// A TLS ClientHello at a plain port (answered 400 TLS_NOT_ENABLED in the clear).
     var tlsHelloOnPlainPort = 0
+    /// Now: TLS connections over the connection limit being answered 503 inside TLS (`ClientAcceptor`).
+    var busyTLSAnswers = 0
 }
 
 /// The outcomes of a resume, as counted and labelled in `stats` and `/metrics`.
@@ -72,8 +74,6 @@ final class LoopContext: @unchecked Sendable {
     /// Loop 0 only: what was published, and the tails.
     var ledger: PublishLedger?
     var nextSerial = 1
-    /// TLS connections over the connection limit being answered 503 inside TLS (`ClientAcceptor`).
-    var busyTLSAnswers = 0
     /// The last token handed to a client's subscribe (its floors carry it); only grows.
     var nextFloorToken = 0
     /// Rates over the last 10 s: one sample per second.
