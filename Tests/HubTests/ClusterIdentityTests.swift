@@ -18,39 +18,59 @@ struct ClusterIdentityTests {
         String(repeating: "L", count: 4_000),
     ]
 
+    /// The fixed list, and byte-distinct random ids drawn from an alphabet of look-alikes and separators (seeded:
+    /// the seed is in the failure message, so a failing draw can be replayed).
+    static func accounts(seed: UInt64) -> [String] {
+        var rng = SplitMix64(seed: seed)
+        let pieces = ["a", "\u{E9}", "e\u{301}", "\u{C5}", "\u{212B}", "\n", "\u{0}", ":", "1", "\u{1F600}", "K", "\u{212A}"]
+        var drawn: [String] = []
+        var seen = Set(Self.accounts.map { Array($0.utf8) })
+        while drawn.count < 8 {
+            let id = (0..<Int.random(in: 1...6, using: &rng)).map { _ in pieces[Int.random(in: 0..<pieces.count, using: &rng)] }.joined()
+            if seen.insert(Array(id.utf8)).inserted { drawn.append(id) }
+        }
+        return Self.accounts + drawn
+    }
+
+    enum Backend: String, CaseIterable, Sendable { case redis, redisCluster }
+
     /// Every account has a connection on node 1 and, for most, one on node 2; events for every account are published
     /// through node 0, interleaved. Each connection gets exactly its own account's events, in order, once; each
-    /// `delivered` is exact; nothing is closed.
-    @Test(arguments: RedisStreams.FanoutLayout.allCases)
-    func byteDistinctIdsAreDistinctAccountsOnEveryNode(layout: RedisStreams.FanoutLayout) throws {
-        let c = try ClusterTests.cluster(3, layout: layout)
+    /// `delivered` is exact; nothing is closed. On one Redis and on a Redis Cluster of three masters, both layouts.
+    @Test(arguments: Backend.allCases, RedisStreams.FanoutLayout.allCases)
+    func byteDistinctIdsAreDistinctAccountsOnEveryNode(backend: Backend, layout: RedisStreams.FanoutLayout) throws {
+        let seed = UInt64(time(nil))
+        let accounts = Self.accounts(seed: seed)
+        let peer = backend == .redisCluster ? try RedisClusterPeer(masters: 3) : nil
+        let c = try peer.map { try HubsOnRedisClusterTests.hubs(3, on: $0, layout: layout) } ?? ClusterTests.cluster(3, layout: layout)
         var clients: [(account: Int, ws: TestWebSocket)] = []
-        for (i, account) in Self.accounts.enumerated() {
+        for (i, account) in accounts.enumerated() {
             clients.append((i, try c.client(1, account)))
             if i % 3 != 2 { clients.append((i, try c.client(2, account))) }
         }
-        let connections = Self.accounts.indices.map { i in clients.filter { $0.account == i }.count }
+        let connections = accounts.indices.map { i in clients.filter { $0.account == i }.count }
         let rounds = 4
         var lines: [String] = []
         for round in 0..<rounds {
-            for (i, account) in Self.accounts.enumerated() {
+            for (i, account) in accounts.enumerated() {
                 lines.append(#"{"op":"publish","channel":"wallet_updates","account":\#(jsonString(account)),"type":"t","data":{"a":\#(i),"r":\#(round)}}"#)
             }
         }
         let replies = try c.nodes[0].admin().requests(lines).map { try parseObject($0) }
         for (n, reply) in replies.enumerated() {
-            let i = n % Self.accounts.count
-            #expect(reply["seq"] as? Int == n / Self.accounts.count + 1, "account \(i): \(reply)")
-            #expect(reply["delivered"] as? Int == connections[i], "account \(i): delivered \(reply["delivered"] ?? "nil"), expected \(connections[i])")
+            let i = n % accounts.count
+            #expect(reply["seq"] as? Int == n / accounts.count + 1, "seed \(seed), account \(i): \(reply)")
+            #expect(reply["delivered"] as? Int == connections[i], "seed \(seed), account \(i): delivered \(reply["delivered"] ?? "nil"), expected \(connections[i])")
         }
         for (i, ws) in clients {
             let events = try ClusterTests.events(ws, count: rounds)
             let mine = events.map { (($0["data"] as? [String: Any])?["a"] as? Int, $0["seq"] as? Int) }
-            #expect(mine.map(\.0) == Array(repeating: i, count: rounds), "account \(i) got \(mine)")
-            #expect(mine.map(\.1) == (1...rounds).map { $0 }, "account \(i): seqs \(mine.map(\.1))")
-            #expect(try ws.isQuiet(for: 0.2), "account \(i) got more (or was closed)")
+            #expect(mine.map(\.0) == Array(repeating: i, count: rounds), "seed \(seed), account \(i) got \(mine)")
+            #expect(mine.map(\.1) == (1...rounds).map { $0 }, "seed \(seed), account \(i): seqs \(mine.map(\.1))")
+            #expect(try ws.isQuiet(for: 0.2), "seed \(seed), account \(i) got more (or was closed)")
         }
         for node in c.nodes { #expect(!node.log.contains("restarted its numbering"), "\(node.log)") }
+        withExtendedLifetime(peer) {}
     }
 
     /// Break 4: during a Redis stall longer than the stall check (3 s), a waiting publish was answered "nothing was
