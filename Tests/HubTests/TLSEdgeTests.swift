@@ -151,6 +151,28 @@ import Testing
         #expect(try rawHTTP(port: hub.port, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").status == 200)
     }
 
+    /// With `--max-connections` at its default (the open-file limit minus the reserve) no descriptor is left for an
+    /// answer inside TLS: a TLS client over the limit gets the `internal_error` alert at once, and the Unix socket
+    /// (the backend's publishes) still has its descriptors.
+    @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/prlimit")))
+    func atTheDefaultLimitATLSClientGetsTheAlert() throws {
+        let ca = try TestCA()
+        let (cert, key) = try ca.issue("server", organization: "one")
+        let hub = try HubProcess(["--tls-cert", cert, "--tls-key", key], threads: 1, launcher: ["/usr/bin/prlimit", "--nofile=64:64"])
+        let limit = try #require((try hub.stats()["connections"] as? [String: Any])?["limit"] as? Int)
+        #expect(limit < 40, "limit \(limit)")
+        let held = try (0..<limit).map { _ in try TestTLSClient(port: hub.port, caFile: ca.caFile) }
+        do {
+            _ = try TestTLSClient(port: hub.port, caFile: ca.caFile)
+            Issue.record("a handshake completed over the default limit")
+        } catch {
+            #expect("\(error)".contains("internal error"), "\(error)")
+        }
+        #expect(try hub.publish(channel: "wallet_updates", account: "acc_1")["ok"] as? Bool == true, "the Unix socket still works")
+        #expect((try hub.stats()["tls"] as? [String: Any])?["refusingInTLS"] as? Int == 0)
+        withExtendedLifetime(held) {}
+    }
+
     /// At the connection limit a TLS port used to answer a ClientHello with a plaintext 503, which a TLS client
     /// reads as garbage. Now a TLS client completes its handshake and reads the 503 and its Retry-After inside TLS;
     /// past 64 such answers in progress on a loop, the refusal is a TLS alert (internal_error), which TLS clients

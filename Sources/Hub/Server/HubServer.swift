@@ -34,6 +34,9 @@ public final class HubServer: Sendable {
         let reserve = 32 + 4 * threads
         let derivedLimit = max(16, limits.soft - reserve)
         let maxConnections = configuration.maxConnections > 0 ? min(configuration.maxConnections, derivedLimit) : derivedLimit
+        // TLS clients over the limit are answered inside TLS only with descriptors that --max-connections leaves
+        // below the reserve (the Unix socket's publishers must always find one).
+        let busyAnswers = min(ClientAcceptor.maxBusyTLSAnswers, (derivedLimit - maxConnections) / threads)
         if configuration.maxConnections > derivedLimit {
             log("--max-connections \(configuration.maxConnections) is above what the open-file limit (\(limits.soft)) allows; using \(derivedLimit)")
         }
@@ -81,7 +84,7 @@ public final class HubServer: Sendable {
         // With a certificate and no --tls-listen, the one listener speaks TLS.
         let mainTLS = configuration.tlsListen == nil ? tls : nil
         do {
-            tcp = try TCPListener.bind(configuration.listen, on: group, clientSpeaksFirst: true) { loop in ClientAcceptor(context: contexts[loop.index], tls: mainTLS) }
+            tcp = try TCPListener.bind(configuration.listen, on: group, clientSpeaksFirst: true) { loop in ClientAcceptor(context: contexts[loop.index], tls: mainTLS, busyAnswers: busyAnswers) }
         } catch {
             unix.close()
             group.shutdown()
@@ -91,7 +94,7 @@ public final class HubServer: Sendable {
         var tlsTCP: TCPListener? = nil
         if let tlsListen = configuration.tlsListen, let tls {
             do {
-                tlsTCP = try TCPListener.bind(tlsListen, on: group, clientSpeaksFirst: true) { loop in ClientAcceptor(context: contexts[loop.index], tls: tls) }
+                tlsTCP = try TCPListener.bind(tlsListen, on: group, clientSpeaksFirst: true) { loop in ClientAcceptor(context: contexts[loop.index], tls: tls, busyAnswers: busyAnswers) }
             } catch {
                 tcp.close()
                 unix.close()
@@ -237,9 +240,12 @@ final class ClientAcceptor: ListenerDelegate {
     let context: LoopContext
     /// Set on a TLS listener: every connection it accepts speaks TLS.
     let tls: TLSContext?
-    init(context: LoopContext, tls: TLSContext?) {
+    /// How many TLS clients over the limit this loop answers inside TLS at once (`maxBusyTLSAnswers` at most).
+    let busyAnswers: Int
+    init(context: LoopContext, tls: TLSContext?, busyAnswers: Int = 0) {
         self.context = context
         self.tls = tls
+        self.busyAnswers = busyAnswers
     }
 
     static let busyResponse = HTTPError(status: 503, code: "SERVICE_UNAVAILABLE", message: "the hub is at its connection limit; retry later",
@@ -248,7 +254,7 @@ final class ClientAcceptor: ListenerDelegate {
     /// protocol"), in the clear as before a handshake: how a TLS port refuses when it cannot even hold the
     /// connection for a handshake. A TLS client reports it at once ("tlsv1 alert internal error").
     static let busyTLSAlert: [UInt8] = [21, 3, 3, 0, 2, 2, 80]
-    /// Per loop, how many TLS connections over the limit are answered 503 inside TLS at once (each costs a
+    /// Per loop, how many TLS connections over the limit are answered 503 inside TLS at once at most (each costs a
     /// handshake and a descriptor for up to the handshake timeout); beyond it they get `busyTLSAlert`.
     static let maxBusyTLSAnswers = 64
 
@@ -258,7 +264,7 @@ final class ClientAcceptor: ListenerDelegate {
         if !admitted {
             context.counters.rejectedConnections += 1
             // A plain client reads the 503 at once; a TLS client can read it only after a handshake.
-            guard tls != nil, context.counters.busyTLSAnswers < Self.maxBusyTLSAnswers else {
+            guard tls != nil, context.counters.busyTLSAnswers < busyAnswers else {
                 refuse(fd)
                 Glibc.close(fd)
                 return
