@@ -159,7 +159,7 @@ final class ClientConnection: ConnectionHandler {
     @exclusivity(unchecked) private var attaching = false
     /// A TLS client over the connection limit: whatever it asks, the answer is 503 (inside TLS, where it can read
     /// it). Not counted in the hub's connections (`ClientAcceptor.accepted`).
-    @exclusivity(unchecked) var answersBusy = false
+    var answersBusy = false
 
     init(context: LoopContext, serial: Int) {
         self.context = context
