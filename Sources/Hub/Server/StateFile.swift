@@ -255,7 +255,7 @@ enum StateFile {
     }
 
     /// The file's bytes, or nil when there is none. Refused before anything is read: a symlink, anything but a
-    /// regular file, a file that another user owns or that group or others may write (`SecretFile.checkOwnership`),
+    /// regular file, a file that another user owns or that group or others may write (`SecretFile.ownershipProblem`),
     /// and a file whose size is not what its header says (a sparse file with a valid header is not read whole).
     static func read(directory: String, maximumBytes: Int) throws(Invalid) -> [UInt8]? {
         let target = path(in: directory)
