@@ -400,8 +400,9 @@ public actor HubClient {
             }
             return
         }
-        let refused = Set(details?["unknownChannels"] as? [String] ?? channels)
-        for channel in channels where refused.contains(channel) {
+        // By bytes, as the hub names them (a `Set<String>` would take "\u{212A}x" for "Kx").
+        let refused = Set((details?["unknownChannels"] as? [String] ?? channels).map { Array($0.utf8) })
+        for channel in channels where refused.contains(Array(channel.utf8)) {
             let continuations = subscribers[channel]?.values.map { $0 } ?? []
             subscribers[channel] = nil
             positions[channel] = nil
@@ -410,7 +411,7 @@ public actor HubClient {
                 continuation.finish()
             }
         }
-        let rest = channels.filter { !refused.contains($0) && subscribers[$0] != nil }
+        let rest = channels.filter { !refused.contains(Array($0.utf8)) && subscribers[$0] != nil }
         if !rest.isEmpty && authenticated { sendSubscribe(rest) }
     }
 
