@@ -164,6 +164,49 @@ struct RedisStreamsTests {
         #expect(try publish(a, "after the window", key: "k3") == .init(seq: 5, epoch: "E", duplicate: false))
     }
 
+    @Test("a batch is one script call: each stream numbered in order, a repeat key inside the batch is a duplicate, one event that fails leaves the others numbered and published",
+          .enabled(if: RedisPeer.enabled, RedisPeer.skipReason))
+    func batch() throws {
+        let server = try RedisServer()
+        let endpoint = RedisEndpoint(address: .unix(path: server.socketPath))
+        let streams = RedisStreams(shards: 4, historySize: 100, layout: .streams)
+        let a = RedisStreams.Stream(channel: "wallet_updates", account: "acc_1")
+        let b = RedisStreams.Stream(channel: "wallet_updates", account: "acc_2")
+        let broken = RedisStreams.Stream(channel: "wallet_updates", account: "acc_3")
+        let subscriber = try RedisOnLoop(endpoint, onReady: ["SUBSCRIBE", streams.streamChannel(a), streams.streamChannel(b),
+                                                             streams.streamChannel(broken)])
+        let r = try RedisOnLoop.ready(server)
+        #expect(subscriber.waitFor { subscriber.pushed.count == 3 })
+        // Its meta key is a string, not a hash: HMGET fails for that event only.
+        _ = try r.call(["SET", streams.metaKey(broken), "not a hash"]).get()
+        let batch: [RedisStreams.Publication] = [
+            .init("a1", to: a, idempotencyKey: "k"), .init("b1", to: b), .init("x", to: broken), .init("a1 again", to: a, idempotencyKey: "k"),
+            .init("a2", to: a), .init("b2", to: b),
+        ]
+        let calls = try r.call(["INFO", "commandstats"]).get().string ?? ""
+        let results = try r.onLoop { redis, done in streams.publish(batch, candidateEpoch: "E", on: redis) { done($0) } }.get()
+        let after = try r.call(["INFO", "commandstats"]).get().string ?? ""
+        func evalshaCalls(_ info: String) -> Int {
+            guard let line = info.split(whereSeparator: \.isNewline).first(where: { $0.hasPrefix("cmdstat_evalsha:") }),
+                  let range = line.range(of: "calls="), let end = line[range.upperBound...].firstIndex(of: ",") else { return 0 }
+            return Int(line[range.upperBound..<end]) ?? 0
+        }
+        #expect(evalshaCalls(after) - evalshaCalls(calls) == 1, "six events, one script call")
+        #expect(results.count == 6)
+        #expect(try results[0].get() == .init(seq: 1, epoch: "E"))
+        #expect(try results[1].get() == .init(seq: 1, epoch: "E"))
+        guard case .failure(let error) = results[2] else { Issue.record("the broken stream's event was numbered"); return }
+        #expect(error.kind == .scriptFailed && error.message.contains("WRONGTYPE"), "\(error)")
+        #expect(try results[3].get() == .init(seq: 1, epoch: "E", duplicate: true))
+        #expect(try results[4].get() == .init(seq: 2, epoch: "E"))
+        #expect(try results[5].get() == .init(seq: 2, epoch: "E"))
+        #expect(try read(r, streams, a, after: 0, limit: 10).get().entries.map(\.event) == ["a1", "a2"].map { Array($0.utf8) })
+        #expect(subscriber.waitFor { subscriber.pushed.count == 3 + 4 })
+        let messages = subscriber.pushed.compactMap(streams.message(from:))
+        #expect(messages.map(\.event) == ["a1", "b1", "a2", "b2"].map { Array($0.utf8) }, "published in the batch's order")
+        #expect(messages.map(\.seq) == [1, 1, 2, 2])
+    }
+
     @Test("cluster presence: listed nodes count, an unlisted node counts only if its field was written after the list, and is removed otherwise",
           .enabled(if: RedisPeer.enabled, RedisPeer.skipReason))
     func presenceAgainstAListOfLiveNodes() throws {

@@ -115,6 +115,11 @@ public final class RedisBroker: Broker, @unchecked Sendable {
     /// Events to hand to each loop at the next flush (index: the loop's, as in `shards`).
     private var outgoing: [[PublishedEvent]] = []
     private var flushScheduled = false
+    /// Publishes waiting for the next script call (`publishOnLoop`): each call's item by its index.
+    private var queuedPublishes: [(call: PublishCall, index: Int)] = []
+    private var publishFlushScheduled = false
+    /// A Redis Cluster: one script call touches one slot, so batches are per shard.
+    private let clusterSlots: Bool
     private var heartbeatTimer = TimerHandle.none
     private var writer = JSONWriter(capacity: 4096)
     private var wasReady = false
@@ -187,6 +192,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
         self.shards = shards
         self.options = options
         sharded = options.sharded || options.endpoint.cluster
+        clusterSlots = options.endpoint.cluster
         // On a Redis Cluster the shards are the unit the masters share (a shard's keys are one slot): 256 of them
         // spread evenly over any realistic number of masters (16 would put 6, 6 and 4 on three).
         let shardCount = options.endpoint.cluster ? max(options.shards, RedisBroker.clusterShards) : options.shards
@@ -421,10 +427,14 @@ public final class RedisBroker: Broker, @unchecked Sendable {
     }
 
     /// What a failed publish script tells the backend. "Nothing was published" only when the script cannot have
-    /// reached Redis (not connected, over the queue cap, refused by Redis before running); once it was written, a
-    /// lost connection (a stall past `stallMillis` included: Redis may run it when it wakes) leaves it unknown.
+    /// reached Redis (not connected, over the queue cap, refused by Redis before running: the script's preamble
+    /// publishes nothing); once it was written, an event that failed inside the script or a lost connection (a
+    /// stall past `stallMillis` included: Redis may run it when it wakes) leaves it unknown.
     static func publishFailure(_ error: RedisError) -> BrokerFailure {
         switch error.kind {
+        case .scriptFailed:
+            return BrokerFailure(code: SocketErrorCode.publishOutcomeUnknown.rawValue,
+                                 message: "\(error.message): it may or may not have been published; retry with the same idempotencyKey")
         case .connectionLost, .closed, .protocolError:
             return BrokerFailure(code: SocketErrorCode.publishOutcomeUnknown.rawValue,
                                  message: "the publish was sent to Redis and its answer lost (\(error.message)): it may or may not "
@@ -434,51 +444,133 @@ public final class RedisBroker: Broker, @unchecked Sendable {
         }
     }
 
-    private func publishOnLoop(_ items: [PublishItem], completion: @escaping @Sendable (PublishOutcome) -> Void) {
-        let started = monotonicNanos()
-        var replies = [PublishReply](filledWith: PublishReply(seq: 0, delivered: 0, duplicate: false), count: items.count)
+    /// One `publish` call: its items, their replies as they come, and the completion that runs when the last one has.
+    private final class PublishCall {
+        let items: [PublishItem]
+        var replies: [PublishReply]
         var numbered: [(index: Int, seq: UInt64)] = []
-        var remaining = items.count
-        guard let commands else {
+        var remaining: Int
+        let started = monotonicNanos()
+        let completion: @Sendable (PublishOutcome) -> Void
+
+        init(items: [PublishItem], completion: @escaping @Sendable (PublishOutcome) -> Void) {
+            self.items = items
+            replies = [PublishReply](filledWith: PublishReply(seq: 0, delivered: 0, duplicate: false), count: items.count)
+            remaining = items.count
+            self.completion = completion
+        }
+    }
+
+    /// At most this many events, and about this many bytes of events, per script call: a script blocks Redis while
+    /// it runs.
+    static let maxBatchEvents = 128
+    static let maxBatchBytes = 1 << 20
+
+    /// Queues the call's events for the next script call. The queue is sent by a job posted behind the ones already
+    /// waiting, so the publishes of every socket read handled in this iteration (on this loop, or hopped here from
+    /// the others) share one call: Redis pays for reading a command, entering Lua and waking up once per batch.
+    private func publishOnLoop(_ items: [PublishItem], completion: @escaping @Sendable (PublishOutcome) -> Void) {
+        guard commands != nil else {
+            var replies = [PublishReply](filledWith: PublishReply(seq: 0, delivered: 0, duplicate: false), count: items.count)
             for i in replies.indices { replies[i].failure = BrokerFailure(message: "the cluster broker is not running") }
             completion(PublishOutcome(events: [], delivered: [], replies: replies))
             return
         }
-        for (i, item) in items.enumerated() {
-            streams.publish(item.text, to: item.stream, candidateEpoch: candidateEpoch(), idempotencyKey: item.idempotencyKey,
-                            windowMillis: options.idempotencyWindowMillis, liveness: sharded ? nil : nodes,
-                            liveNodes: sharded ? liveNodes : nil, on: commands) { [unowned self] result in
-                switch result {
-                case .success(let n):
-                    replies[i] = PublishReply(seq: n.seq, delivered: n.delivered, duplicate: n.duplicate)
-                    if !n.duplicate { numbered.append((i, n.seq)) }
-                case .failure(let error):
-                    replies[i].failure = Self.publishFailure(error)
+        let call = PublishCall(items: items, completion: completion)
+        for i in items.indices { queuedPublishes.append((call, i)) }
+        guard !publishFlushScheduled else { return }
+        publishFlushScheduled = true
+        loop.execute { [unowned self] in self.sendQueuedPublishes() }
+    }
+
+    /// Sends the queued publishes, one script call per batch (per shard on a Redis Cluster: a script touches one slot).
+    private func sendQueuedPublishes() {
+        publishFlushScheduled = false
+        let queued = queuedPublishes
+        queuedPublishes.removeAll(keepingCapacity: true)
+        guard !queued.isEmpty else { return }
+        guard let commands else {
+            for (call, i) in queued { finish(call, i, .failure(RedisError(.unavailable, "the cluster broker is not running"))) }
+            return
+        }
+        var groups: [[(call: PublishCall, index: Int)]]
+        if clusterSlots {
+            var byShard: [Int: Int] = [:]
+            groups = []
+            for entry in queued {
+                let shard = streams.shard(of: entry.call.items[entry.index].stream)
+                if let g = byShard[shard] {
+                    groups[g].append(entry)
+                } else {
+                    byShard[shard] = groups.count
+                    groups.append([entry])
                 }
-                remaining -= 1
-                guard remaining == 0 else { return }
-                let elapsed = monotonicNanos() &- started
-                let failures = replies.filter { $0.failure != nil }.count
-                self.stats.withLock { s in
-                    s.published += items.count - failures
-                    s.publishFailures += failures
-                    s.publishRoundTrips += 1
-                    s.publishNanos &+= elapsed
-                    s.publishMaxNanos = max(s.publishMaxNanos, elapsed)
+            }
+        } else {
+            groups = [queued]
+        }
+        for group in groups {
+            var start = 0
+            while start < group.count {
+                var end = start
+                var bytes = 0
+                while end < group.count, end - start < Self.maxBatchEvents, end == start || bytes < Self.maxBatchBytes {
+                    bytes += group[end].call.items[group[end].index].text.utf8.count
+                    end += 1
                 }
-                // The events as the ledger (admin `tail`, `channel`) sees them: framed here, delivered through Redis.
-                var events: [PublishedEvent] = []
-                var delivered: [Int] = []
-                for (index, seq) in numbered {
-                    let item = items[index]
-                    if let event = self.frame(key: item.key, seq: seq, event: Array(item.text.utf8)) {
-                        events.append(event)
-                        delivered.append(replies[index].delivered)
-                    }
-                }
-                completion(PublishOutcome(events: events, delivered: delivered, replies: replies))
+                send(Array(group[start..<end]), on: commands)
+                start = end
             }
         }
+    }
+
+    private func send(_ batch: [(call: PublishCall, index: Int)], on commands: any RedisLink) {
+        let publications = batch.map { entry in
+            let item = entry.call.items[entry.index]
+            return RedisStreams.Publication(item.text, to: item.stream, idempotencyKey: item.idempotencyKey)
+        }
+        streams.publish(publications, candidateEpoch: candidateEpoch(), windowMillis: options.idempotencyWindowMillis,
+                        liveness: sharded ? nil : nodes, liveNodes: sharded ? liveNodes : nil, on: commands) { [unowned self] result in
+            switch result {
+            case .success(let each):
+                for (entry, one) in zip(batch, each) { self.finish(entry.call, entry.index, one) }
+            case .failure(let error):
+                for entry in batch { self.finish(entry.call, entry.index, .failure(error)) }
+            }
+        }
+    }
+
+    /// One event's answer; the call completes with its last.
+    private func finish(_ call: PublishCall, _ i: Int, _ result: Result<RedisStreams.Numbered, RedisError>) {
+        switch result {
+        case .success(let n):
+            call.replies[i] = PublishReply(seq: n.seq, delivered: n.delivered, duplicate: n.duplicate)
+            if !n.duplicate { call.numbered.append((i, n.seq)) }
+        case .failure(let error):
+            call.replies[i].failure = Self.publishFailure(error)
+        }
+        call.remaining -= 1
+        guard call.remaining == 0 else { return }
+        let elapsed = monotonicNanos() &- call.started
+        let failures = call.replies.filter { $0.failure != nil }.count
+        stats.withLock { s in
+            s.published += call.items.count - failures
+            s.publishFailures += failures
+            s.publishRoundTrips += 1
+            s.publishNanos &+= elapsed
+            s.publishMaxNanos = max(s.publishMaxNanos, elapsed)
+        }
+        // The events as the ledger (admin `tail`, `channel`) sees them: framed here, delivered through Redis.
+        var events: [PublishedEvent] = []
+        var delivered: [Int] = []
+        for (index, seq) in call.numbered.sorted(by: { $0.index < $1.index }) {
+            let item = call.items[index]
+            if let event = frame(key: item.key, seq: seq, event: Array(item.text.utf8)) {
+                events.append(event)
+                delivered.append(call.replies[index].delivered)
+            }
+        }
+        call.completion(PublishOutcome(events: events, delivered: delivered, replies: call.replies))
     }
 
     // MARK: Fan-out (loop thread)
@@ -926,6 +1018,8 @@ public final class RedisBroker: Broker, @unchecked Sendable {
     public func readHistory(_ key: StreamKey, after: UInt64, limit: Int,
                             completion: @escaping @Sendable (Result<StreamHistory?, BrokerFailure>) -> Void) {
         loop.execute { [unowned self] in
+            // A publish queued before this read (the same socket may have sent it first) is written first.
+            self.sendQueuedPublishes()
             guard let commands = self.commands, commands.canSend else {
                 return completion(.failure(BrokerFailure(message: "Redis is unavailable")))
             }

@@ -216,6 +216,8 @@ public struct RedisError: Error, Sendable, Equatable, CustomStringConvertible {
         case overloaded
         /// `close()` was called.
         case closed
+        /// A script failed part way (one event of a publish batch): what it did before the error stays done.
+        case scriptFailed
     }
 
     public let kind: Kind

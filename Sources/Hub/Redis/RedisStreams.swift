@@ -17,13 +17,14 @@ import WSProtocol
 /// ID is `a:LEN:CHANNEL:ACCOUNT` for an account stream, `b:LEN:CHANNEL` for a broadcast stream (LEN is the channel
 /// name's byte count, so no channel or account spelling can make two streams share a key).
 ///
-/// **Publish** is one script: create the stream with the caller's candidate epoch if it has none (or if another
-/// Redis process numbered it and this one may have lost what it acknowledged: `epochFunction`), `HINCRBY` the
-/// seq, `XADD` with `MAXLEN ~ size`, refresh both keys' TTL, publish the message (`ClusterWire`) on the stream's
-/// (or shard's) channel, sum the presence counts of live nodes, return `[seq, epoch, 0, delivered]`. With an
-/// idempotency key (a fourth key, `P:{N}:i:…`, same slot), a key seen within its window returns the first
-/// publish's `[seq, epoch, 1, delivered]` and does nothing else; a new one is stored with the window as its TTL. A stream whose keys vanished (TTL, FLUSHALL, a Redis restart without
-/// persistence) starts again at 1 under a new epoch: a client resuming with the old epoch is told `epoch_changed`.
+/// **Publish** is one script call per batch of events (`publishScript`); for each event: create the stream with the
+/// caller's candidate epoch if it has none (or if another Redis process numbered it and this one may have lost what it
+/// acknowledged: `epochFunction`), `HINCRBY` the seq, `XADD` with `MAXLEN ~ size`, refresh both keys' TTL, publish the
+/// message (`ClusterWire`) on the stream's (or shard's) channel, sum the presence counts of live nodes, answer
+/// `[seq, epoch, 0, delivered]`. With an idempotency key (a fourth key, `P:{N}:i:…`, same slot), a key seen within
+/// its window answers the first publish's `[seq, epoch, 1, delivered]` and does nothing else; a new one is stored
+/// with the window as its TTL. A stream whose keys vanished (TTL, FLUSHALL, a Redis restart without persistence)
+/// starts again at 1 under a new epoch: a client resuming with the old epoch is told `epoch_changed`.
 ///
 /// **Read** is one script too, so its parts agree: the epoch, the last seq, the first retained seq, and up to
 /// `limit` entries after a position.
@@ -123,88 +124,127 @@ public struct RedisStreams: Sendable {
 
     // MARK: Scripts
 
-    /// The stream's epoch (KEYS[1] its meta hash, KEYS[2] its history), created with `candidate` if there is none.
+    /// The stream's epoch (`mk` its meta hash, `hk` its history), created with `candidate` if there is none.
     /// `server` is `RUNID/always` or `RUNID/lossy` (`RedisConnection.serverIdentity`). A stream last numbered by
     /// another Redis process may have been rewound (restored from an older snapshot, or the last second of an
     /// `everysec` append-only file lost in a crash): unless this Redis keeps everything it acknowledged, the stream
     /// starts a new numbering under a new epoch (with a candidate: a publish, or a subscribe that follows it), so no
     /// seq is ever given to two events.
     static let epochFunction = """
-        local function current(candidate, server)
+        local function current(mk, hk, candidate, server)
           local sep = string.find(server, '/', 1, true)
           local run = string.sub(server, 1, sep - 1)
-          local meta = redis.call('HMGET', KEYS[1], 'epoch', 'run')
+          local meta = redis.call('HMGET', mk, 'epoch', 'run')
           local epoch = meta[1]
           if epoch and meta[2] ~= run then
             if string.sub(server, sep + 1) == 'always' then
-              redis.call('HSET', KEYS[1], 'run', run)
+              redis.call('HSET', mk, 'run', run)
             elseif candidate then
-              redis.call('DEL', KEYS[2])
+              redis.call('DEL', hk)
               epoch = false
             end
           end
           if not epoch and candidate then
             epoch = candidate
-            redis.call('HSET', KEYS[1], 'epoch', epoch, 'seq', 0, 'run', run)
+            redis.call('HSET', mk, 'epoch', epoch, 'seq', 0, 'run', run)
           end
           return epoch
         end
 
         """
 
+    /// A batch of publishes in one script call: what Redis pays per call (reading the command, entering Lua,
+    /// writing the reply) is paid once per batch. ARGV[1..10] are shared (candidate epoch, history size, TTL,
+    /// `PUBLISH`/`SPUBLISH`, server identity, idempotency window, node registry key, its staleness, the listed live
+    /// nodes, their time); then four per event (its key count, channel, stream id, event), with its 3 or 4 keys in
+    /// KEYS in the same order. Each event runs under `pcall`: one that fails (a key of the wrong type) answers
+    /// `{0, error, 2, 0}` and the others go on. The reply is four items per event: seq, epoch, duplicate, delivered.
     static let publishScript = epochFunction + """
-        if KEYS[4] then
-          local prior = redis.call('GET', KEYS[4])
-          if prior then
-            local a = string.find(prior, ' ', 1, true)
-            local b = string.find(prior, ' ', a + 1, true)
-            return {tonumber(string.sub(prior, 1, a - 1)), string.sub(prior, a + 1, b - 1), 1, tonumber(string.sub(prior, b + 1))}
-          end
+        local cutoff = nil
+        if ARGV[7] ~= '' and tonumber(ARGV[8]) > 0 then
+          local t = redis.call('TIME')
+          cutoff = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - tonumber(ARGV[8])
         end
-        local epoch = current(ARGV[1], ARGV[13])
-        local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
-        if tonumber(ARGV[2]) > 0 then
-          redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], seq .. '-0', 'e', ARGV[5])
+        local listed = nil
+        if ARGV[9] ~= '' then
+          listed = {}
+          for id in string.gmatch(ARGV[9], '[^,]+') do listed[id] = true end
         end
-        if tonumber(ARGV[3]) > 0 then
-          redis.call('PEXPIRE', KEYS[1], ARGV[3])
-          redis.call('PEXPIRE', KEYS[2], ARGV[3])
+        local asOf = tonumber(ARGV[10])
+        local fresh = {}
+        local function alive(node, at)
+          if listed and not listed[node] then
+            if at == '' or tonumber(at) <= asOf then return false end
+          end
+          if cutoff then
+            if fresh[node] == nil then
+              local beat = redis.call('ZSCORE', ARGV[7], node)
+              fresh[node] = (beat and tonumber(beat) >= cutoff) or false
+            end
+            return fresh[node]
+          end
+          return true
         end
-        redis.call(ARGV[6], ARGV[4], #epoch .. ':' .. epoch .. seq .. ':' .. #ARGV[7] .. ':' .. ARGV[7] .. ARGV[5])
-        local delivered = 0
-        local present = redis.call('HGETALL', KEYS[3])
-        if #present > 0 then
-          local cutoff = nil
-          if ARGV[9] ~= '' and tonumber(ARGV[10]) > 0 then
-            local t = redis.call('TIME')
-            cutoff = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - tonumber(ARGV[10])
+        local function one(k, a)
+          local mk, hk, pk = KEYS[k], KEYS[k + 1], KEYS[k + 2]
+          local ik = nil
+          if ARGV[a] == '4' then ik = KEYS[k + 3] end
+          if ik then
+            local prior = redis.call('GET', ik)
+            if prior then
+              local x = string.find(prior, ' ', 1, true)
+              local y = string.find(prior, ' ', x + 1, true)
+              return tonumber(string.sub(prior, 1, x - 1)), string.sub(prior, x + 1, y - 1), 1, tonumber(string.sub(prior, y + 1))
+            end
           end
-          local listed = nil
-          if ARGV[11] ~= '' then
-            listed = {}
-            for id in string.gmatch(ARGV[11], '[^,]+') do listed[id] = true end
+          local epoch = current(mk, hk, ARGV[1], ARGV[5])
+          local seq = redis.call('HINCRBY', mk, 'seq', 1)
+          if tonumber(ARGV[2]) > 0 then
+            redis.call('XADD', hk, 'MAXLEN', '~', ARGV[2], seq .. '-0', 'e', ARGV[a + 3])
           end
+          if tonumber(ARGV[3]) > 0 then
+            redis.call('PEXPIRE', mk, ARGV[3])
+            redis.call('PEXPIRE', hk, ARGV[3])
+          end
+          redis.call(ARGV[4], ARGV[a + 1], #epoch .. ':' .. epoch .. seq .. ':' .. #ARGV[a + 2] .. ':' .. ARGV[a + 2] .. ARGV[a + 3])
+          local delivered = 0
+          local present = redis.call('HGETALL', pk)
           for i = 1, #present, 2 do
             local count, at = string.match(present[i + 1], '^(%d+):?(%d*)$')
-            local live = count ~= nil
-            if live and listed and not listed[present[i]] then
-              live = at ~= '' and tonumber(at) > tonumber(ARGV[12])
-              if not live then redis.call('HDEL', KEYS[3], present[i]) end
-            end
-            if live and cutoff then
-              local beat = redis.call('ZSCORE', ARGV[9], present[i])
-              if not beat or tonumber(beat) < cutoff then
-                live = false
-                redis.call('HDEL', KEYS[3], present[i])
+            if count then
+              if alive(present[i], at) then
+                delivered = delivered + tonumber(count)
+              else
+                redis.call('HDEL', pk, present[i])
               end
             end
-            if live then delivered = delivered + tonumber(count) end
           end
+          if ik then
+            redis.call('SET', ik, seq .. ' ' .. epoch .. ' ' .. delivered, 'PX', ARGV[6])
+          end
+          return seq, epoch, 0, delivered
         end
-        if KEYS[4] then
-          redis.call('SET', KEYS[4], seq .. ' ' .. epoch .. ' ' .. delivered, 'PX', ARGV[8])
+        local out = {}
+        local k, a = 1, 11
+        while a <= #ARGV do
+          local ok, seq, epoch, duplicate, delivered = pcall(one, k, a)
+          if ok then
+            out[#out + 1] = seq
+            out[#out + 1] = epoch
+            out[#out + 1] = duplicate
+            out[#out + 1] = delivered
+          else
+            local message = seq
+            if type(message) == 'table' then message = message.err or message.ok end
+            out[#out + 1] = 0
+            out[#out + 1] = tostring(message)
+            out[#out + 1] = 2
+            out[#out + 1] = 0
+          end
+          k = k + tonumber(ARGV[a])
+          a = a + 4
         end
-        return {seq, epoch, 0, delivered}
+        return out
         """
 
     static let presenceScript = """
@@ -216,7 +256,7 @@ public struct RedisStreams: Sendable {
     static let readScript = epochFunction + """
         local candidate = nil
         if ARGV[3] ~= '' then candidate = ARGV[3] end
-        local epoch = current(candidate, ARGV[5])
+        local epoch = current(KEYS[1], KEYS[2], candidate, ARGV[5])
         if not epoch then return {false, 0, 0, {}} end
         if epoch == candidate and tonumber(ARGV[4]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[4]) end
         local seq = tonumber(redis.call('HGET', KEYS[1], 'seq'))
@@ -247,37 +287,92 @@ public struct RedisStreams: Sendable {
 
     private func idempotencyKey(_ s: Located, _ key: String) -> String { s.base + "i:\(s.id.utf8.count):\(s.id):\(key)" }
 
-    /// Numbers `event` in `stream`, keeps it in the history and publishes it on the stream's shard channel.
-    /// `candidateEpoch` becomes the stream's epoch if it has none yet (pass a fresh random one).
-    /// With `idempotencyKey`, a repeat of the key in this stream within `windowMillis` is answered with the first
+    /// One event of a `publish` batch.
+    public struct Publication: Sendable {
+        public let event: String
+        public let stream: Stream
+        public let idempotencyKey: String?
+
+        public init(_ event: String, to stream: Stream, idempotencyKey: String? = nil) {
+            self.event = event
+            self.stream = stream
+            self.idempotencyKey = idempotencyKey
+        }
+    }
+
+    /// Numbers `event` in `stream`, keeps it in the history and publishes it on the stream's shard channel: a batch
+    /// of one.
+    public func publish(_ event: String, to stream: Stream, candidateEpoch: String, idempotencyKey key: String? = nil,
+                        windowMillis: Int = 300_000, liveness: RedisNodes? = nil, liveNodes: (ids: [String], asOf: Int64)? = nil,
+                        on redis: any RedisLink,
+                        completion: @escaping (Result<Numbered, RedisError>) -> Void) {
+        publish([Publication(event, to: stream, idempotencyKey: key)], candidateEpoch: candidateEpoch, windowMillis: windowMillis,
+                liveness: liveness, liveNodes: liveNodes, on: redis) { result in
+            completion(result.flatMap { $0.first ?? .failure(RedisError(.protocolError, "an empty publish reply")) })
+        }
+    }
+
+    /// Numbers each event in its stream, keeps it in the history and publishes it, in order, with one script call.
+    /// On a Redis Cluster every stream of a batch must be in one shard (one slot).
+    /// `candidateEpoch` becomes the epoch of a stream that has none yet (pass a fresh random one; streams created by
+    /// one batch share it, each under its own numbering).
+    /// With an idempotency key, a repeat of the key in this stream within `windowMillis` is answered with the first
     /// publish's seq and epoch (the key lives in Redis, so a retry through another node is recognised too).
     /// `liveness`: the node registry whose heartbeats decide which nodes' presence counts are live (nil: all are;
     /// with Redis Cluster the registry lives in another slot, so the script cannot consult it). `liveNodes`: instead,
     /// the ids of the live nodes as the registry listed them at Redis time `asOf` (ms; the caller's copy, refreshed at
     /// each heartbeat): a presence field of a node not listed counts only if it was written after `asOf` (a node that
     /// joined since; fields written with `setPresence(stamped: true)` carry their time), and is removed otherwise.
-    public func publish(_ event: String, to stream: Stream, candidateEpoch: String, idempotencyKey key: String? = nil,
-                        windowMillis: Int = 300_000, liveness: RedisNodes? = nil, liveNodes: (ids: [String], asOf: Int64)? = nil,
-                        on redis: any RedisLink,
-                        completion: @escaping (Result<Numbered, RedisError>) -> Void) {
-        let s = locate(stream)
-        var keys = [metaKey(s), historyKey(s), presenceKey(s)]
-        if let key { keys.append(idempotencyKey(s, key)) }
-        let channel = layout == .streams ? streamChannel(s) : fanoutChannel(shard: s.shard)
-        let arguments = [candidateEpoch, String(historySize), String(ttlMillis), channel, event,
-                         sharded ? "SPUBLISH" : "PUBLISH", s.id, String(max(1, windowMillis)),
+    /// The outer failure is the call's (nothing ran, or its answer was lost); an inner one is one event's script
+    /// error (`.scriptFailed`: it may have been numbered before it failed).
+    public func publish(_ batch: [Publication], candidateEpoch: String, windowMillis: Int = 300_000, liveness: RedisNodes? = nil,
+                        liveNodes: (ids: [String], asOf: Int64)? = nil, on redis: any RedisLink,
+                        completion: @escaping (Result<[Result<Numbered, RedisError>], RedisError>) -> Void) {
+        var keys: [String] = []
+        keys.reserveCapacity(batch.count * 3)
+        var arguments = [candidateEpoch, String(historySize), String(ttlMillis), sharded ? "SPUBLISH" : "PUBLISH",
+                         RedisConnection.serverIdentityArgument, String(max(1, windowMillis)),
                          liveness?.beatsKey ?? "", String(liveness?.staleMillis ?? 0),
-                         (liveNodes?.ids ?? []).joined(separator: ","), String(liveNodes?.asOf ?? 0),
-                         RedisConnection.serverIdentityArgument]
-        RedisScript.publish.run(on: redis, keys: keys, arguments: arguments) { result in
-            completion(result.flatMap { value in
-                guard let items = value.elements, items.count == 4, let seq = items[0].int, seq > 0, let epoch = items[1].string,
-                      let duplicate = items[2].int, let delivered = items[3].int else {
-                    return .failure(RedisError(.protocolError, "unexpected publish reply \(value)"))
-                }
-                return .success(Numbered(seq: UInt64(seq), epoch: epoch, duplicate: duplicate == 1, delivered: Int(clamping: delivered)))
-            })
+                         (liveNodes?.ids ?? []).joined(separator: ","), String(liveNodes?.asOf ?? 0)]
+        arguments.reserveCapacity(arguments.count + batch.count * 4)
+        for p in batch {
+            let s = locate(p.stream)
+            keys.append(metaKey(s))
+            keys.append(historyKey(s))
+            keys.append(presenceKey(s))
+            if let key = p.idempotencyKey { keys.append(idempotencyKey(s, key)) }
+            arguments.append(p.idempotencyKey == nil ? "3" : "4")
+            arguments.append(layout == .streams ? streamChannel(s) : fanoutChannel(shard: s.shard))
+            arguments.append(s.id)
+            arguments.append(p.event)
         }
+        let count = batch.count
+        RedisScript.publish.run(on: redis, keys: keys, arguments: arguments) { result in
+            completion(result.flatMap { value in Self.parsePublished(value, count: count) })
+        }
+    }
+
+    static func parsePublished(_ value: RESPValue, count: Int) -> Result<[Result<Numbered, RedisError>], RedisError> {
+        guard let items = value.elements, items.count == 4 * count else {
+            return .failure(RedisError(.protocolError, "unexpected publish reply \(value)"))
+        }
+        var out: [Result<Numbered, RedisError>] = []
+        out.reserveCapacity(count)
+        for i in 0..<count {
+            let base = 4 * i
+            guard let seq = items[base].int, let text = items[base + 1].string, let flag = items[base + 2].int,
+                  let delivered = items[base + 3].int else {
+                return .failure(RedisError(.protocolError, "unexpected publish reply \(value)"))
+            }
+            if flag == 2 {
+                out.append(.failure(RedisError(.scriptFailed, "the publish script failed: \(text)")))
+            } else if seq > 0 {
+                out.append(.success(Numbered(seq: UInt64(seq), epoch: text, duplicate: flag == 1, delivered: Int(clamping: delivered))))
+            } else {
+                return .failure(RedisError(.protocolError, "unexpected publish reply \(value)"))
+            }
+        }
+        return .success(out)
     }
 
     // MARK: Presence
