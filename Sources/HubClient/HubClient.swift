@@ -1,64 +1,5 @@
 import Foundation
-
-/// An event as the hub sends it: `type` and `data` are what the backend published.
-public struct HubEvent: Sendable, Equatable {
-    public let type: String
-    public let channel: String
-    /// The event's number in its stream (the account's, or the channel's broadcasts when `broadcast`).
-    public let seq: UInt64
-    public let broadcast: Bool
-    /// `data` exactly as the backend published it: the bytes of the event's `data` member, never parsed and written
-    /// again (key order, number spelling, escapes and Unicode forms are the backend's).
-    public let data: Data
-
-    /// `data` decoded as a `Decodable` model (the seeds' `Wallet`, `UserProfile`, …).
-    public func decode<T: Decodable>(_ type: T.Type = T.self, using decoder: JSONDecoder = JSONDecoder()) throws -> T {
-        try decoder.decode(T.self, from: data)
-    }
-}
-
-/// What a subscription yields: events, and the hub's word that it could not replay what was missed.
-public enum HubSubscriptionElement: Sendable, Equatable {
-    case event(HubEvent)
-    /// Refetch this channel's state through the REST API (`reason`: `epoch_changed`, `too_old`, `too_many`); events
-    /// go on from the current position.
-    case recoveryFailed(channel: String, reason: String)
-    /// The hub refused to subscribe this channel (`code`: `VALIDATION_ERROR` for a channel it does not serve, …).
-    /// The subscription ends after this element; the other channels are not affected.
-    case refused(channel: String, code: String, message: String)
-}
-
-public enum HubConnectionState: Sendable, Equatable {
-    case connecting
-    case connected
-    /// `code`: the WebSocket close code (4001 token expired, 4003 token refused, 1001 the hub restarts, 1006 the
-    /// network), or 0 when the client stopped on its own (`stop()`, or the token provider failed).
-    case disconnected(code: UInt16, reason: String, willRetry: Bool)
-}
-
-/// Why the client asks the app for a token.
-public enum TokenRequestReason: Sendable, Equatable {
-    /// A new connection.
-    case connect
-    /// The hub sent `token_expiring`: the token goes in-band, the connection stays.
-    case expiring
-    /// The hub closed with 4001: the token expired; the client reconnects with the new one.
-    case expired
-}
-
-/// Options with sensible defaults.
-public struct HubClientConfiguration: Sendable {
-    /// Shown in `hubctl connections`.
-    public var platform = "iOS"
-    public var appVersion: String?
-    /// Reconnect attempt n waits a random time in [0, min(maxDelay, baseDelay × 2ⁿ)] (full jitter); n resets after a
-    /// connection that lived a minute.
-    public var baseDelay: Duration = .milliseconds(500)
-    public var maxDelay: Duration = .seconds(30)
-    /// App-level ping period; no message at all for two periods means the connection is dead.
-    public var pingInterval: Duration = .seconds(25)
-    public init() {}
-}
+import Synchronization
 
 /// The hub's Swift client: one connection kept open, authenticated and refreshed, resubscribed and resumed without
 /// gaps after every reconnect. docs/CLIENT-SWIFT.md is the guide.
@@ -75,16 +16,17 @@ public actor HubClient {
 
     public nonisolated let url: URL
     public nonisolated let configuration: HubClientConfiguration
-    /// Connection state changes, for one consumer.
-    public nonisolated let state: AsyncStream<HubConnectionState>
-    private let stateContinuation: AsyncStream<HubConnectionState>.Continuation
+    /// The state now; `stateUpdates()` follows it.
+    public private(set) var currentState = HubConnectionState.disconnected(HubDisconnect(.notStarted, willRetry: false))
     private let tokenProvider: TokenProvider
     private let makeTransport: @Sendable () -> any HubTransport
 
     private struct Position { var epoch: String; var seq: UInt64; var broadcastSeq: UInt64 }
-    private var subscribers: [String: [UUID: AsyncStream<HubSubscriptionElement>.Continuation]] = [:]
-    private var positions: [String: Position] = [:]
-    private var pending: Set<String> = []
+    private var subscribers: [ChannelKey: [UUID: HubSubscriptionBuffer]] = [:]
+    private var positions: [ChannelKey: Position] = [:]
+    private var pending: Set<ChannelKey> = []
+    private var stateObservers: [UUID: AsyncStream<HubConnectionState>.Continuation] = [:]
+    private var errorObservers: [UUID: AsyncStream<HubError>.Continuation] = [:]
     private var transport: (any HubTransport)?
     private var authenticated = false
     private var running: Task<Void, Never>?
@@ -96,16 +38,24 @@ public actor HubClient {
     private var nextID = 1
     /// The last send: each send waits for the one before, so messages leave in the order they were made.
     private var sendChain: Task<Void, Never>?
-    /// Which run of the connection loop owns the client: `start()` and `stop()` each begin a new one, and a loop,
-    /// token request or callback of an older one changes nothing (an app's background/foreground `stop()`/`start()`
-    /// must never let a late answer to the old session close or reset the new one).
+    /// Which run of the connection loop owns the client: `start()`, `stop()` and `suspend()` each begin a new one,
+    /// and a loop, token request or callback of an older one changes nothing (an app's background/foreground
+    /// `suspend()`/`resume()` must never let a late answer to the old session close or reset the new one).
     private var generation = 0
     /// The channels of each subscribe in flight, by its `id`: a refusal names the request, not the channels.
     private var subscribeRequests: [String: [String]] = [:]
+    /// The client cut the current connection itself because the hub went silent (ping, or `networkChanged()`).
+    private var cutForSilence = false
+    /// The current attempt did not authenticate within `connectTimeout`.
+    private var timedOut = false
+    /// `networkChanged()` while waiting to reconnect: stop waiting.
+    private var wakeRequested = false
+    private var probe: Task<Void, Never>?
 
     /// - Parameters:
     ///   - tokenProvider: returns a current access token (the app's REST refresh, the seeds' `TokenRefreshManager`).
-    ///     Throwing stops the client (state `disconnected(willRetry: false)`): the refresh token expired, log out.
+    ///     It is `@Sendable` and runs outside the actor: an app's token manager must be an actor or `@MainActor`
+    ///     (or otherwise `Sendable`). Throwing ends the session: state `disconnected(.loggedOut)`, every stream ends.
     ///   - transport: a new transport per connection; by default `POSIXTransport` on Linux, `URLSessionTransport`
     ///     elsewhere.
     public init(url: URL, configuration: HubClientConfiguration = HubClientConfiguration(),
@@ -115,7 +65,6 @@ public actor HubClient {
         self.configuration = configuration
         self.tokenProvider = tokenProvider
         self.makeTransport = transport
-        (state, stateContinuation) = AsyncStream.makeStream(of: HubConnectionState.self, bufferingPolicy: .bufferingNewest(64))
     }
 
     @Sendable public static func defaultTransport() -> any HubTransport {
@@ -126,67 +75,173 @@ public actor HubClient {
         #endif
     }
 
-    /// Connects, and keeps connecting until `stop()`.
+    // MARK: Lifecycle
+
+    /// Connects, and keeps connecting until `stop()`, `suspend()` or a cause that retrying cannot fix.
     public func start() {
         guard stopped else { return }
         stopped = false
         attempt = 0
         generation += 1
         let run = generation
+        log(.info, "starting")
         running = Task { await self.run(run) }
     }
 
-    /// Closes (1000) and stops reconnecting; returns once the connection is closed (the close handshake, or at most
-    /// about 2 s for a hub that does not answer, then the socket is cut). Subscriptions stay registered for a later
-    /// `start()`. Whatever the old run was waiting for (a token, a connect) changes nothing when it comes back.
+    /// Closes (1000), stops reconnecting and ends the session: every subscription, state and error stream finishes.
+    /// Returns once the connection is closed (the close handshake, or at most about 2 s for a hub that does not
+    /// answer, then the socket is cut). Whatever the old run was waiting for (a token, a connect) changes nothing
+    /// when it comes back. A later `start()` begins a new session (subscribe again).
     public func stop() async {
+        await disconnect(HubDisconnect(.stopped, message: "stopped", willRetry: false))
+        endSession()
+    }
+
+    /// The app goes to the background: closes the connection (1000) but keeps the subscriptions and their positions,
+    /// so `resume()` resubscribes with `since` and the hub replays what was missed. Returns once the connection is
+    /// closed, like `stop()`.
+    public func suspend() async {
+        await disconnect(HubDisconnect(.suspended, message: "suspended", willRetry: false))
+    }
+
+    /// Back in the foreground after `suspend()` (the same as `start()`).
+    public func resume() { start() }
+
+    /// The device's network changed (Wi-Fi to cellular, a VPN): a connection that may be dead is checked at once
+    /// (a ping; no answer within `networkProbeTimeout` and it is replaced), and a client waiting to reconnect tries
+    /// now. On Apple platforms `HubClient.monitorNetwork()` calls this from an `NWPathMonitor`.
+    public func networkChanged() {
+        guard !stopped else { return }
+        if authenticated, let transport {
+            log(.info, "network changed: checking the connection")
+            let asked = ContinuousClock.now
+            send(["type": "ping"])
+            probe?.cancel()
+            let timeout = configuration.networkProbeTimeout
+            probe = Task {
+                try? await Task.sleep(for: timeout)
+                guard !Task.isCancelled else { return }
+                await self.probeExpired(since: asked, transport)
+            }
+        } else {
+            log(.info, "network changed: reconnecting now")
+            attempt = 0
+            wakeRequested = true
+        }
+    }
+
+    private func probeExpired(since: ContinuousClock.Instant, _ probed: any HubTransport) async {
+        guard self.transport as AnyObject? === probed as AnyObject, lastMessageAt < since else { return }
+        log(.warning, "no answer after the network changed: reconnecting")
+        await cutSilent(probed)
+    }
+
+    private func disconnect(_ reason: HubDisconnect) async {
         stopped = true
         generation += 1
         running?.cancel()
         running = nil
+        probe?.cancel()
         authenticated = false
         pending.removeAll()
         subscribeRequests.removeAll()
         if let transport {
             self.transport = nil
-            await transport.close(code: 1000, reason: "client stopped")
+            await transport.close(code: 1000, reason: reason.reason == .suspended ? "client suspended" : "client stopped")
         }
-        setState(.disconnected(code: 0, reason: "stopped", willRetry: false))
+        setState(.disconnected(reason))
     }
 
-    /// Events of `channels` for this connection's account, each once, in `seq` order per stream, across reconnects.
-    /// Ending the iteration (or cancelling its task) unsubscribes.
-    public func subscribe(_ channels: [String]) -> AsyncStream<HubSubscriptionElement> {
+    /// The session is over: every stream the app holds finishes.
+    private func endSession() {
+        let buffers = subscribers.values.flatMap { $0.values }
+        subscribers.removeAll()
+        positions.removeAll()
+        for buffer in buffers { buffer.finish() }
+        for observer in stateObservers.values { observer.finish() }
+        stateObservers.removeAll()
+        for observer in errorObservers.values { observer.finish() }
+        errorObservers.removeAll()
+    }
+
+    // MARK: Observing
+
+    /// The connection's state: `currentState` first, then every change, for this observer alone (each call makes a
+    /// new stream). Slow observers see the newest 32 changes. Finishes on `stop()` and logout.
+    public func stateUpdates() -> AsyncStream<HubConnectionState> {
+        let (stream, continuation) = AsyncStream.makeStream(of: HubConnectionState.self, bufferingPolicy: .bufferingNewest(32))
         let id = UUID()
-        let (stream, continuation) = AsyncStream.makeStream(of: HubSubscriptionElement.self, bufferingPolicy: .unbounded)
-        var added: [String] = []
-        for channel in Set(channels) {
-            if subscribers[channel] == nil { added.append(channel) }
-            subscribers[channel, default: [:]][id] = continuation
-        }
-        continuation.onTermination = { [weak self] _ in
-            Task { await self?.unsubscribe(id, channels) }
-        }
-        if authenticated && !added.isEmpty { sendSubscribe(added.sorted()) }
+        continuation.yield(currentState)
+        stateObservers[id] = continuation
+        continuation.onTermination = { [weak self] _ in Task { await self?.removeStateObserver(id) } }
         return stream
     }
 
-    /// The position kept for `channel`: (epoch, seq, broadcastSeq), nil before its first `subscribed`.
-    public func position(of channel: String) -> (epoch: String, seq: UInt64, broadcastSeq: UInt64)? {
-        positions[channel].map { ($0.epoch, $0.seq, $0.broadcastSeq) }
+    /// The hub's `error` replies that are not a subscribe's refusal (an in-band token refresh refused, …), for this
+    /// observer alone. Finishes on `stop()` and logout.
+    public func errors() -> AsyncStream<HubError> {
+        let (stream, continuation) = AsyncStream.makeStream(of: HubError.self, bufferingPolicy: .bufferingNewest(32))
+        let id = UUID()
+        errorObservers[id] = continuation
+        continuation.onTermination = { [weak self] _ in Task { await self?.removeErrorObserver(id) } }
+        return stream
     }
 
-    private func unsubscribe(_ id: UUID, _ channels: [String]) {
+    private func removeStateObserver(_ id: UUID) { stateObservers[id] = nil }
+    private func removeErrorObserver(_ id: UUID) { errorObservers[id] = nil }
+
+    // MARK: Subscriptions
+
+    /// Events of `channels` for this connection's account, each once, in `seq` order per stream, across reconnects.
+    /// Ending the iteration (or cancelling its task) unsubscribes. At most `configuration.subscriptionBufferLimit`
+    /// elements wait for the consumer; beyond that the client stops reading from the hub until it catches up.
+    public func subscribe(_ channels: [String]) -> HubSubscription {
+        let id = UUID()
+        let keys = Array(Set(channels.map(ChannelKey.init))).sorted()
+        let buffer = HubSubscriptionBuffer(limit: configuration.subscriptionBufferLimit) { [weak self] in
+            Task { await self?.unsubscribe(id, keys) }
+        }
+        var added: [String] = []
+        for key in keys {
+            if subscribers[key] == nil { added.append(key.name) }
+            subscribers[key, default: [:]][id] = buffer
+        }
+        if authenticated && !added.isEmpty { sendSubscribe(added) }
+        return HubSubscription(buffer: buffer)
+    }
+
+    /// The position kept for `channel`: (epoch, seq, broadcastSeq), nil before its first `subscribed` (or seed).
+    public func position(of channel: String) -> (epoch: String, seq: UInt64, broadcastSeq: UInt64)? {
+        positions[ChannelKey(channel)].map { ($0.epoch, $0.seq, $0.broadcastSeq) }
+    }
+
+    /// Every position kept, to store (`Codable`) when the app goes to the background.
+    public func exportPositions() -> HubPositions {
+        HubPositions(entries: positions.keys.sorted().compactMap { key in
+            positions[key].map { HubPositions.Entry(channel: key.name, epoch: $0.epoch, seq: $0.seq, broadcastSeq: $0.broadcastSeq) }
+        })
+    }
+
+    /// Positions stored by an earlier launch: the next subscribe of these channels asks the hub to replay from them
+    /// (`since`). Call before `subscribe`; a channel the hub can no longer replay yields `.recoveryFailed`.
+    public func seed(_ stored: HubPositions) {
+        for entry in stored.entries {
+            positions[ChannelKey(entry.channel)] = Position(epoch: entry.epoch, seq: entry.seq, broadcastSeq: entry.broadcastSeq)
+        }
+    }
+
+    private func unsubscribe(_ id: UUID, _ keys: [ChannelKey]) {
         var gone: [String] = []
-        for channel in Set(channels) {
-            subscribers[channel]?[id] = nil
-            if subscribers[channel]?.isEmpty == true {
-                subscribers[channel] = nil
-                positions[channel] = nil
-                gone.append(channel)
+        for key in keys {
+            guard subscribers[key]?[id] != nil else { continue }
+            subscribers[key]?[id] = nil
+            if subscribers[key]?.isEmpty == true {
+                subscribers[key] = nil
+                positions[key] = nil
+                gone.append(key.name)
             }
         }
-        if authenticated && !gone.isEmpty { send(["type": "unsubscribe", "channels": gone.sorted()]) }
+        if authenticated && !gone.isEmpty { send(["type": "unsubscribe", "channels": gone]) }
     }
 
     // MARK: The connection loop
@@ -199,21 +254,39 @@ public actor HubClient {
             let transport = makeTransport()
             self.transport = transport
             authenticated = false
+            cutForSilence = false
+            timedOut = false
             var code: UInt16 = 1006
             var reason = ""
+            var httpStatus: Int?
             var worked = false
+            let timeout = configuration.connectTimeout
+            let watchdog = Task {
+                try? await Task.sleep(for: timeout)
+                guard !Task.isCancelled else { return }
+                await self.connectTimedOut(run, transport)
+            }
             do {
-                try await transport.connect(url: url, protocols: ["hub.v1"])
-                guard run == generation else { return await transport.close(code: 1000, reason: "client stopped") }
+                log(.debug, "connecting to \(url.host ?? "")")
+                try await Self.connect(transport, url: url, within: timeout)
+                guard run == generation else {
+                    watchdog.cancel()
+                    return await transport.close(code: 1000, reason: "client stopped")
+                }
                 let token: String
                 do {
+                    log(.debug, "asking for a token")
                     token = try await tokenProvider(lastCloseCode == 4001 ? .expired : .connect)
                 } catch {
+                    watchdog.cancel()
                     await transport.close(code: 1000, reason: "no token")
                     guard run == generation else { return }
-                    return giveUp("no token: \(error)")
+                    return loggedOut(error)
                 }
-                guard run == generation else { return await transport.close(code: 1000, reason: "client stopped") }
+                guard run == generation else {
+                    watchdog.cancel()
+                    return await transport.close(code: 1000, reason: "client stopped")
+                }
                 var auth: [String: Any] = ["type": "auth", "token": token, "platform": configuration.platform, "id": "auth"]
                 if let appVersion = configuration.appVersion { auth["appVersion"] = appVersion }
                 try await transport.send(text: Self.json(auth))
@@ -223,12 +296,16 @@ public actor HubClient {
                     let message = await transport.receive()
                     guard run == generation else {
                         pinger.cancel()
+                        watchdog.cancel()
                         return await transport.close(code: 1000, reason: "client stopped")
                     }
                     switch message {
                     case .text(let text):
-                        handle(text)
-                        if authenticated { worked = true }
+                        for (buffer, element) in handle(text) { await buffer.send(element) }
+                        if authenticated && !worked {
+                            worked = true
+                            watchdog.cancel()
+                        }
                     case .closed(let c, let r):
                         code = c
                         reason = r
@@ -237,13 +314,20 @@ public actor HubClient {
                 }
                 pinger.cancel()
             } catch let error as HubTransportError where error.isConfigurationError {
+                watchdog.cancel()
                 guard run == generation else { return }
-                // A URL this transport cannot serve (wss:// without TLS, no host): no retry can help.
+                // A URL this transport cannot serve (no host, a scheme it does not speak): no retry can help.
                 if self.transport as AnyObject? === transport as AnyObject { self.transport = nil }
-                return giveUp("configuration: \(error)")
+                stopped = true
+                log(.error, "configuration: \(error)")
+                return setState(.disconnected(HubDisconnect(.configuration, message: error.description, willRetry: false)))
+            } catch let error as HubTransportError {
+                reason = error.description
+                httpStatus = error.httpStatus
             } catch {
                 reason = "\(error)"
             }
+            watchdog.cancel()
             guard run == generation else { return }
             if self.transport as AnyObject? === transport as AnyObject { self.transport = nil }
             authenticated = false
@@ -251,20 +335,92 @@ public actor HubClient {
             subscribeRequests.removeAll()
             lastCloseCode = code
             guard !stopped else { return }
-            if code == 4003 {
+            var down = classify(code: code, message: reason, httpStatus: httpStatus)
+            if down.reason == .tokenRefused {
                 // The hub refuses this kind of token: another connection with it would fail the same way.
                 stopped = true
-                return setState(.disconnected(code: code, reason: reason, willRetry: false))
+                down.willRetry = false
+                log(.error, "disconnected: \(down)")
+                return setState(.disconnected(down))
             }
             if let connectedAt, ContinuousClock.now - connectedAt > .seconds(60) { attempt = 0 }
             connectedAt = nil
             // A token that expired on a connection that worked: refresh and reconnect at once, once. A 4001 right at
             // connect (a cached token, a clock behind the hub's) waits like any failure: no tight loop.
-            let delay: Duration = code == 4001 && worked ? .zero : backoff()
+            var delay: Duration = code == 4001 && worked ? .zero : backoff()
+            if let retryAfter = down.retryAfter { delay = max(delay, retryAfter) }
             attempt += 1
-            setState(.disconnected(code: code, reason: reason, willRetry: true))
-            try? await Task.sleep(for: delay)
+            down.willRetry = true
+            log(.warning, "disconnected: \(down); next attempt in \(delay)")
+            setState(.disconnected(down))
+            await wait(delay, run: run)
         }
+    }
+
+    /// `transport.connect`, given up after `timeout`: a transport blocked in a connect or handshake that never
+    /// answers is left to finish on its own (it then finds itself closed) while the client goes on.
+    private static func connect(_ transport: any HubTransport, url: URL, within timeout: Duration) async throws {
+        final class Outcome: Sendable {
+            let waiting = Mutex<CheckedContinuation<Void, any Error>?>(nil)
+            func resume(_ result: Result<Void, any Error>) { waiting.withLock { $0.take() }?.resume(with: result) }
+        }
+        let outcome = Outcome()
+        let attempt = Task { try await transport.connect(url: url, protocols: ["hub.v1"]) }
+        try await withCheckedThrowingContinuation { (done: CheckedContinuation<Void, any Error>) in
+            outcome.waiting.withLock { $0 = done }
+            Task { outcome.resume(await attempt.result) }
+            Task {
+                try? await Task.sleep(for: timeout)
+                outcome.resume(.failure(HubTransportError("not connected within \(timeout)")))
+            }
+        }
+    }
+
+    /// What a connection's end means for the app.
+    private func classify(code: UInt16, message: String, httpStatus: Int?) -> HubDisconnect {
+        if timedOut {
+            return HubDisconnect(.network, message: "not connected within \(configuration.connectTimeout)", willRetry: true)
+        }
+        if cutForSilence { return HubDisconnect(.noPong, code: 4002, message: "no pong", willRetry: true) }
+        if let status = httpStatus {
+            let reason: HubDisconnectReason = switch status {
+            case 401, 403: .tokenRefused
+            case 429: .rateLimited
+            case 503: .serverBusy
+            default: .closed
+            }
+            return HubDisconnect(reason, code: UInt16(clamping: status), message: message, willRetry: true)
+        }
+        let reason: HubDisconnectReason = switch code {
+        case 4001: .tokenExpired
+        case 4003: .tokenRefused
+        case 4002: .noPong
+        case 1001, 1012: .serverRestart
+        case 4008: .slowConsumer
+        case 4029: .rateLimited
+        case 1006: .network
+        default: .closed
+        }
+        return HubDisconnect(reason, code: code, message: message, willRetry: true)
+    }
+
+    /// Waits `delay` before the next attempt, or less if `networkChanged()` says the network is back.
+    private func wait(_ delay: Duration, run: Int) async {
+        wakeRequested = false
+        let until = ContinuousClock.now + delay
+        while run == generation, !wakeRequested, !Task.isCancelled {
+            let left = until - ContinuousClock.now
+            if left <= .zero { break }
+            try? await Task.sleep(for: min(left, .milliseconds(50)))
+        }
+    }
+
+    private func connectTimedOut(_ run: Int, _ attempt: any HubTransport) async {
+        guard run == generation, !authenticated, self.transport as AnyObject? === attempt as AnyObject else { return }
+        timedOut = true
+        log(.warning, "not connected within \(configuration.connectTimeout): trying again")
+        await attempt.close(code: 1000, reason: "connect timeout")
+        if let posix = attempt as? any POSIXTransportCancellable { posix.cancelNow() }
     }
 
     private func backoff() -> Duration {
@@ -273,10 +429,13 @@ public actor HubClient {
         return .milliseconds(Int((Double.random(in: 0...1) * seconds * 1000).rounded()))
     }
 
-    private func giveUp(_ reason: String) {
+    /// The token provider threw: the session is over.
+    private func loggedOut(_ error: any Error) {
         stopped = true
         transport = nil
-        setState(.disconnected(code: 0, reason: reason, willRetry: false))
+        log(.warning, "logged out: the token provider failed (\(error))")
+        setState(.disconnected(HubDisconnect(.loggedOut, message: "\(error)", willRetry: false)))
+        endSession()
     }
 
     /// App-level pings; a connection that hears nothing for two intervals is cut (the loop then reconnects).
@@ -285,85 +444,115 @@ public actor HubClient {
             try? await Task.sleep(for: configuration.pingInterval)
             guard !Task.isCancelled, self.transport as AnyObject? === transport as AnyObject else { return }
             if ContinuousClock.now - lastMessageAt > configuration.pingInterval * 2 {
-                await transport.close(code: 4002, reason: "no pong")
-                if let posix = transport as? any POSIXTransportCancellable { posix.cancelNow() }
-                return
+                log(.warning, "no message for two ping intervals: reconnecting")
+                return await cutSilent(transport)
             }
             send(["type": "ping"])
         }
     }
 
+    /// A connection that stopped answering: cut at once (a dead connection does not answer a close frame either).
+    private func cutSilent(_ silent: any HubTransport) async {
+        cutForSilence = true
+        if let posix = silent as? any POSIXTransportCancellable { posix.cancelNow() }
+        await silent.close(code: 4002, reason: "no pong")
+    }
+
     private func setState(_ state: HubConnectionState) {
-        stateContinuation.yield(state)
+        currentState = state
+        for observer in stateObservers.values { observer.yield(state) }
+    }
+
+    private func log(_ level: HubLogLevel, _ message: @autoclosure () -> String) {
+        guard let logger = configuration.logger, level >= configuration.logLevel else { return }
+        logger(level, message())
     }
 
     // MARK: Messages
 
-    private func handle(_ text: String) {
+    /// Handles one message of the hub; returns the events to hand to subscriptions (the caller waits for room).
+    private func handle(_ text: String) -> [(HubSubscriptionBuffer, HubSubscriptionElement)] {
         lastMessageAt = .now
         guard let object = try? JSONSerialization.jsonObject(with: Data(text.utf8), options: []),
-              let message = object as? [String: Any], let type = message["type"] as? String else { return }
+              let message = object as? [String: Any], let type = message["type"] as? String else { return [] }
         switch type {
         case "authenticated":
-            guard message["id"] as? String == "auth" else { return }
+            guard message["id"] as? String == "auth" else { return [] }
             authenticated = true
             connectedAt = .now
+            log(.info, "connected")
             setState(.connected)
-            let channels = subscribers.keys.sorted()
+            let channels = subscribers.keys.sorted().map(\.name)
             if !channels.isEmpty { sendSubscribe(channels) }
         case "subscribed":
             if let id = message["id"] as? String { subscribeRequests[id] = nil }
             for (channel, value) in message["positions"] as? [String: Any] ?? [:] {
-                guard let p = value as? [String: Any], subscribers[channel] != nil else { continue }
-                pending.remove(channel)
-                positions[channel] = Position(epoch: p["epoch"] as? String ?? "", seq: Self.uint(p["seq"]),
-                                              broadcastSeq: Self.uint(p["broadcastSeq"]))
+                let key = ChannelKey(channel)
+                guard let p = value as? [String: Any], subscribers[key] != nil else { continue }
+                pending.remove(key)
+                positions[key] = Position(epoch: p["epoch"] as? String ?? "", seq: Self.uint(p["seq"]),
+                                          broadcastSeq: Self.uint(p["broadcastSeq"]))
                 if p["recovered"] as? Bool == false {
-                    yield(.recoveryFailed(channel: channel, reason: p["reason"] as? String ?? ""), to: channel)
+                    let reason = p["reason"] as? String ?? ""
+                    log(.info, "\(channel): the hub could not replay what was missed (\(reason))")
+                    for buffer in subscribers[key]?.values ?? [:].values {
+                        buffer.sendNow(.recoveryFailed(channel: channel, reason: reason))
+                    }
                 }
             }
         case "token_expiring":
             Task { await self.refresh() }
         case "error":
-            guard let id = message["id"] as? String, let channels = subscribeRequests.removeValue(forKey: id) else { return }
-            subscribeRefused(channels, error: message["error"] as? [String: Any] ?? [:])
+            let error = message["error"] as? [String: Any] ?? [:]
+            let id = message["id"] as? String
+            if let id, let channels = subscribeRequests.removeValue(forKey: id) {
+                subscribeRefused(channels, error: error)
+            } else {
+                let hubError = HubError(code: error["code"] as? String ?? "ERROR", message: error["message"] as? String ?? "", requestID: id)
+                log(.warning, "the hub answered \(hubError.code): \(hubError.message)")
+                for observer in errorObservers.values { observer.yield(hubError) }
+            }
         case "unsubscribed", "pong":
-            return
+            return []
         default:
-            guard let channel = message["channel"] as? String, let seq = (message["seq"] as? NSNumber)?.uint64Value else { return }
+            guard let channel = message["channel"] as? String, let seq = (message["seq"] as? NSNumber)?.uint64Value else { return [] }
+            let key = ChannelKey(channel)
             let broadcast = message["broadcast"] as? Bool ?? false
-            guard subscribers[channel] != nil else { return }
-            if var p = positions[channel] {
+            guard let buffers = subscribers[key], !buffers.isEmpty else { return [] }
+            if var p = positions[key] {
                 let last = broadcast ? p.broadcastSeq : p.seq
-                if seq <= last { return }  // a duplicate
+                if seq <= last { return [] }  // a duplicate
                 if seq != last + 1 {
                     // A gap, or a restarted stream: resubscribe; the hub replays what is missing or says refetch.
-                    if !pending.contains(channel) { sendSubscribe([channel]) }
-                    return
+                    if !pending.contains(key) {
+                        log(.info, "\(channel): a gap after \(last): resubscribing")
+                        sendSubscribe([channel])
+                    }
+                    return []
                 }
                 if broadcast { p.broadcastSeq = seq } else { p.seq = seq }
-                positions[channel] = p
+                positions[key] = p
             }
             let bytes = Array(text.utf8)
             let data = JSONMember.range(of: "data", in: bytes).map { Data(bytes[$0]) } ?? Data("null".utf8)
-            let event = HubEvent(type: type, channel: channel, seq: seq, broadcast: broadcast, data: data)
-            yield(.event(event), to: channel)
+            let event = HubSubscriptionElement.event(HubEvent(type: type, channel: channel, seq: seq, broadcast: broadcast, data: data))
+            return buffers.values.map { ($0, event) }
         }
-    }
-
-    private func yield(_ element: HubSubscriptionElement, to channel: String) {
-        for continuation in subscribers[channel]?.values ?? [:].values { continuation.yield(element) }
+        return []
     }
 
     private func refresh() async {
         let run = generation
         let token: String
         do {
+            log(.debug, "asking for a token (expiring)")
             token = try await tokenProvider(.expiring)
         } catch {
             guard run == generation else { return }
-            if let transport { await transport.close(code: 1000, reason: "no token") }
-            return giveUp("no token: \(error)")
+            let open = transport
+            loggedOut(error)
+            if let open { await open.close(code: 1000, reason: "no token") }
+            return
         }
         guard run == generation else { return }
         send(["type": "auth", "token": token, "id": "refresh"])
@@ -372,8 +561,9 @@ public actor HubClient {
     private func sendSubscribe(_ channels: [String]) {
         var since: [String: Any] = [:]
         for channel in channels {
-            pending.insert(channel)
-            if let p = positions[channel] { since[channel] = ["epoch": p.epoch, "seq": p.seq, "broadcastSeq": p.broadcastSeq] }
+            let key = ChannelKey(channel)
+            pending.insert(key)
+            if let p = positions[key] { since[channel] = ["epoch": p.epoch, "seq": p.seq, "broadcastSeq": p.broadcastSeq] }
         }
         let id = "s\(nextID)"
         var message: [String: Any] = ["type": "subscribe", "channels": channels, "id": id]
@@ -387,37 +577,39 @@ public actor HubClient {
     /// others are asked again on their own, so one bad name never takes the valid channels down with it. A rate
     /// limit is waited out; any other refusal ends the request's channels.
     private func subscribeRefused(_ channels: [String], error: [String: Any]) {
-        for channel in channels { pending.remove(channel) }
+        for channel in channels { pending.remove(ChannelKey(channel)) }
         let code = error["code"] as? String ?? "ERROR"
         let message = error["message"] as? String ?? ""
         let details = error["details"] as? [String: Any]
         if code == "RATE_LIMITED" {
             let seconds = (details?["retryAfter"] as? NSNumber)?.doubleValue ?? 1
             let run = generation
+            log(.info, "subscribe rate limited: again in \(seconds) s")
             Task {
                 try? await Task.sleep(for: .milliseconds(Int(max(0.1, seconds) * 1000)))
                 self.resubscribe(channels, run: run)
             }
             return
         }
-        // By bytes, as the hub names them (a `Set<String>` would take "\u{212A}x" for "Kx").
-        let refused = Set((details?["unknownChannels"] as? [String] ?? channels).map { Array($0.utf8) })
-        for channel in channels where refused.contains(Array(channel.utf8)) {
-            let continuations = subscribers[channel]?.values.map { $0 } ?? []
-            subscribers[channel] = nil
-            positions[channel] = nil
-            for continuation in continuations {
-                continuation.yield(.refused(channel: channel, code: code, message: message))
-                continuation.finish()
+        let refused = Set((details?["unknownChannels"] as? [String] ?? channels).map(ChannelKey.init))
+        for channel in channels where refused.contains(ChannelKey(channel)) {
+            let key = ChannelKey(channel)
+            let buffers = subscribers[key]?.values.map { $0 } ?? []
+            subscribers[key] = nil
+            positions[key] = nil
+            log(.warning, "\(channel): refused by the hub (\(code): \(message))")
+            for buffer in buffers {
+                buffer.sendNow(.refused(channel: channel, code: code, message: message))
+                buffer.finish()
             }
         }
-        let rest = channels.filter { !refused.contains(Array($0.utf8)) && subscribers[$0] != nil }
+        let rest = channels.filter { !refused.contains(ChannelKey($0)) && subscribers[ChannelKey($0)] != nil }
         if !rest.isEmpty && authenticated { sendSubscribe(rest) }
     }
 
     private func resubscribe(_ channels: [String], run: Int) {
         guard run == generation, authenticated else { return }
-        let rest = channels.filter { subscribers[$0] != nil && !pending.contains($0) }
+        let rest = channels.filter { subscribers[ChannelKey($0)] != nil && !pending.contains(ChannelKey($0)) }
         if !rest.isEmpty { sendSubscribe(rest) }
     }
 
@@ -444,5 +636,24 @@ protocol POSIXTransportCancellable { func cancelNow() }
 #if canImport(Glibc)
 extension POSIXTransport: POSIXTransportCancellable {
     func cancelNow() { abort() }
+}
+#endif
+
+#if canImport(Network)
+import Network
+
+extension HubClient {
+    /// Calls `networkChanged()` whenever the device's network path changes (an `NWPathMonitor` on its own queue);
+    /// cancel the returned monitor to stop.
+    public nonisolated func monitorNetwork() -> NWPathMonitor {
+        let monitor = NWPathMonitor()
+        // The first update is the current path: a check then costs one ping.
+        monitor.pathUpdateHandler = { [weak self] path in
+            guard path.status == .satisfied else { return }
+            Task { await self?.networkChanged() }
+        }
+        monitor.start(queue: DispatchQueue(label: "HubClient.network"))
+        return monitor
+    }
 }
 #endif

@@ -31,7 +31,10 @@ import Testing
                     }
                 }
             }
-            Task { for await state in client.state { seen.withLock { $0.states.append(state) } } }
+            let states = await client.stateUpdates()
+            Task {
+                for await state in states where state.disconnect?.reason != .notStarted { seen.withLock { $0.states.append(state) } }
+            }
         }
     }
 
@@ -134,7 +137,8 @@ import Testing
         let client = await Self.client(hub.port, { reason in mint("acc_e", reason == .connect ? -120 : 900) }, recorder: r)
         #expect(await Self.subscribed(client))
         #expect(r.reasons.prefix(2) == [.connect, .expired], "\(r.reasons)")
-        #expect(r.states.contains(.disconnected(code: 4001, reason: "ErrAccessTokenExpired", willRetry: true)), "\(r.states)")
+        #expect(r.states.contains(.disconnected(HubDisconnect(.tokenExpired, code: 4001, message: "ErrAccessTokenExpired", willRetry: true))),
+                "\(r.states)")
         #expect(r.states.last == .connected, "\(r.states)")
         await client.stop()
     }
@@ -144,7 +148,7 @@ import Testing
         let hub = try HubProcess()
         let r = Recorder()
         let client = await Self.client(hub.port, { _ in "not.a.token" }, recorder: r)
-        #expect(await Self.until(5) { r.states.contains { if case .disconnected(4003, _, false) = $0 { return true } else { return false } } },
+        #expect(await Self.until(5) { r.states.contains { $0.disconnect?.reason == .tokenRefused && $0.disconnect?.code == 4003 && $0.disconnect?.willRetry == false } },
                 "\(r.states)")
         try await Task.sleep(for: .milliseconds(300))
         #expect(r.reasons == [.connect], "no retry: \(r.reasons)")
@@ -169,9 +173,8 @@ import Testing
         try await Task.sleep(for: .milliseconds(200))
         #expect(r.events.map(\.seq) == Array(1...6), "\(r.events.map(\.seq))")
         #expect(r.failures.isEmpty, "\(r.failures)")
-        #expect(r.states.contains(.disconnected(code: 1001, reason: "", willRetry: true)) || r.states.contains {
-            if case .disconnected(1001, _, true) = $0 { return true } else { return false }
-        }, "\(r.states)")
+        #expect(r.states.contains { $0.disconnect?.reason == .serverRestart && $0.disconnect?.code == 1001 && $0.disconnect?.willRetry == true },
+                "\(r.states)")
 
         // kill -9: the numbering is gone; the resume says epoch_changed and the app refetches.
         #expect(await Self.until(10) { await client.position(of: "wallet_updates")?.seq == 6 })
