@@ -284,6 +284,14 @@ final class CuttingProxy: @unchecked Sendable {
 
     func stopCutting() { lock.lock(); cutting = false; lock.unlock() }
 
+    /// Cuts every open connection once.
+    func cutNow() {
+        lock.lock()
+        if !pairs.isEmpty { cutCount += 1 }
+        for pair in pairs.values { pair.shut() }
+        lock.unlock()
+    }
+
     func stop() {
         lock.lock()
         running = false
