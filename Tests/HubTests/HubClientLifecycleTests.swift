@@ -7,8 +7,8 @@ import Testing
 
 /// `HubClient`'s defects from the app-shaped tests, each against the real hub: an app's background/foreground
 /// `stop()`/`start()` racing a late token answer, a channel the hub does not serve among valid ones, a token the hub
-/// keeps calling expired, `data` as published, `stop()` against a hub that does not answer, and a `wss://` URL on a
-/// transport without TLS.
+/// keeps calling expired, `data` as published, `stop()` against a hub that does not answer, and a URL the transport
+/// cannot serve.
 @Suite(.serialized) struct HubClientLifecycleTests {
     typealias Recorder = HubClientTests.Recorder
 
@@ -153,11 +153,11 @@ import Testing
         #expect(finished, "the reader and the socket outlived close()")
     }
 
-    /// Defect 7: a `wss://` URL on Linux (POSIXTransport has no TLS) was retried forever as `1006, willRetry: true`.
-    /// A configuration error stops at once, before any token is asked.
-    @Test func aWSSURLOnATransportWithoutTLSStopsAtOnce() async throws {
+    /// Defect 7: a URL the transport cannot serve (then `wss://`, before POSIXTransport spoke TLS; now another scheme)
+    /// was retried forever as `1006, willRetry: true`. A configuration error stops at once, before any token is asked.
+    @Test func aURLTheTransportCannotServeStopsAtOnce() async throws {
         let r = Recorder()
-        let client = HubClient(url: URL(string: "wss://127.0.0.1:1/ws")!, configuration: HubClientTests.fast) { reason in
+        let client = HubClient(url: URL(string: "http://127.0.0.1:1/ws")!, configuration: HubClientTests.fast) { reason in
             r.asked(reason)
             return "token"
         }
