@@ -162,7 +162,7 @@ public final class POSIXTransport: HubTransport {
     /// `SSL_write` on the non-blocking socket, under the caller's lock. A full socket is waited for in short polls, for
     /// at most `connectTimeout` (as a plain socket's send timeout) and not after `abort()`.
     private func writeTLS(_ session: TLSSession, fd: Int32, _ bytes: [UInt8]) throws {
-        let deadline = ContinuousClock.now + .milliseconds(Int(connectTimeout * 1000))
+        let deadline = ContinuousClock.now + .seconds(connectTimeout)
         try bytes.withUnsafeBytes { raw in
             guard let base = raw.baseAddress else { return }
             var offset = 0

@@ -128,9 +128,11 @@ import Testing
             #expect(error?.isConfigurationError == false)
             #expect(error?.httpStatus == nil)
         }
-        // The control: the right CA connects.
+        // The control: the right CA connects; an upgrade the hub refuses over TLS carries its HTTP status.
         let right = await Self.connectError("wss://localhost:\(hub.port)/ws", caFile: ca.caFile)
         #expect(right == nil, "\(String(describing: right))")
+        let notFound = await Self.connectError("wss://localhost:\(hub.port)/nope", caFile: ca.caFile)
+        #expect(notFound?.httpStatus == 404 && notFound?.isConfigurationError == false, "\(String(describing: notFound))")
 
         let r = Recorder()
         let otherFile = other.caFile
