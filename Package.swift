@@ -22,7 +22,7 @@ let package = Package(
         .systemLibrary(name: "COpenSSL", path: "Sources/COpenSSL", providers: [.apt(["libssl-dev"])]),
         .target(name: "WSProtocol", dependencies: ["CZlib", "COpenSSL"], swiftSettings: strictSettings),
         .target(name: "Hub", dependencies: ["WSProtocol", "COpenSSL", "CZlib"], swiftSettings: strictSettings),
-        .target(name: "HubClient", dependencies: ["WSProtocol"], swiftSettings: strictSettings),
+        .target(name: "HubClient", dependencies: ["WSProtocol", "COpenSSL"], swiftSettings: strictSettings),
         .executableTarget(name: "HubServer", dependencies: ["Hub"], swiftSettings: strictSettings),
         .executableTarget(name: "hubctl", dependencies: ["Hub"], swiftSettings: strictSettings),
         .testTarget(name: "WSProtocolTests", dependencies: ["WSProtocol"],

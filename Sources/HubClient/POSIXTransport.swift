@@ -1,19 +1,40 @@
 #if canImport(Glibc)
+import COpenSSL
 import Glibc
 import Foundation
 import Synchronization
 import WSProtocol
 
-/// A WebSocket over a plain TCP socket (`ws://`), made with WSProtocol's client handshake and codec: a thread of its
-/// own reads and decodes (answering pings), sends are masked frames written under a lock. This is the transport
-/// for Linux servers and the tests; `wss://` on Apple platforms goes through `URLSessionTransport`.
+/// A WebSocket over a TCP socket, `ws://` or `wss://` (TLS through OpenSSL), made with WSProtocol's client handshake
+/// and codec: a thread of its own reads and decodes (answering pings), sends are masked frames written under a lock.
+/// This is the transport for Linux servers and the tests; on Apple platforms `URLSessionTransport` is the default.
+///
+/// `wss://` verifies the hub's certificate against the system's trust store, or against `TLSOptions.caFile`, and
+/// checks that it names the URL's host (a DNS name, or an IP literal against the certificate's IP addresses); TLS 1.2
+/// at least. A certificate that does not verify is a connect failure like a refused connection (retried with
+/// backoff: a captive portal, a clock, a certificate being renewed), not a configuration error.
+///
+/// One `SSL` object must never be used by two threads at once: every OpenSSL call on it is made under `state`'s lock.
+/// After the handshake the socket is non-blocking; the reader waits in `poll` without the lock, then decrypts what
+/// arrived under it, so a send is never held up behind a reader waiting for the hub.
 public final class POSIXTransport: HubTransport {
+    /// How `wss://` connections trust the hub.
+    public struct TLSOptions: Sendable {
+        /// A PEM file of the certificate authorities to trust instead of the system's store (a private CA, tests).
+        public var caFile: String?
+        public init(caFile: String? = nil) { self.caFile = caFile }
+    }
+
     private struct State {
         var fd: Int32 = -1
         var closed = false
         var closeSent = false
+        /// The TLS session of a `wss://` connection; released with the descriptor, by whoever closes it.
+        var tls: TLSSession?
     }
     private let state = Mutex(State())
+    /// Set by `abort()`: a TLS send waiting for room in the socket gives up (it holds the lock `abort` needs).
+    private let aborted = Atomic<Bool>(false)
     private let messages: AsyncStream<HubTransportMessage>
     private let continuation: AsyncStream<HubTransportMessage>.Continuation
     /// The longest message accepted from the hub.
@@ -21,12 +42,15 @@ public final class POSIXTransport: HubTransport {
     let connectTimeout: Double
     /// How long `close` waits for the hub's answer before it cuts the socket.
     let closeTimeout: Duration
+    let tls: TLSOptions
 
-    public init(maxMessageBytes: Int = 1 << 20, connectTimeout: Double = 10, closeTimeout: Duration = .seconds(2)) {
+    public init(maxMessageBytes: Int = 1 << 20, connectTimeout: Double = 10, closeTimeout: Duration = .seconds(2),
+                tls: TLSOptions = TLSOptions()) {
         (messages, continuation) = AsyncStream.makeStream(of: HubTransportMessage.self)
         self.maxMessageBytes = maxMessageBytes
         self.connectTimeout = connectTimeout
         self.closeTimeout = closeTimeout
+        self.tls = tls
     }
 
     deinit {
@@ -38,29 +62,37 @@ public final class POSIXTransport: HubTransport {
     }
 
     public func connect(url: URL, protocols: [String]) async throws {
-        guard url.scheme == "ws" else {
-            throw HubTransportError("POSIXTransport speaks ws:// only (use URLSessionTransport for wss://): \(url)", isConfigurationError: true)
+        let secure: Bool
+        switch url.scheme {
+        case "ws": secure = false
+        case "wss": secure = true
+        default: throw HubTransportError("POSIXTransport speaks ws:// and wss:// only: \(url)", isConfigurationError: true)
         }
         guard let host = url.host, !host.isEmpty else { throw HubTransportError("no host in \(url)", isConfigurationError: true) }
-        let port = url.port ?? 80
+        let port = url.port ?? (secure ? 443 : 80)
         let path = (url.path.isEmpty ? "/" : url.path) + (url.query.map { "?" + $0 } ?? "")
         let timeout = connectTimeout
+        let options = secure ? tls : nil
         // The blocking connect and handshake run off the cooperative pool.
-        let (fd, leftover) = try await withCheckedThrowingContinuation { (done: CheckedContinuation<(Int32, [UInt8]), any Error>) in
+        let (fd, leftover, session) = try await withCheckedThrowingContinuation {
+            (done: CheckedContinuation<(Int32, [UInt8], TLSSession?), any Error>) in
             Thread.detachNewThread {
-                done.resume(with: Result { try Self.open(host: host, port: port, path: path, protocols: protocols, timeout: timeout) })
+                done.resume(with: Result {
+                    try Self.open(host: host, port: port, path: path, protocols: protocols, timeout: timeout, tls: options)
+                })
             }
         }
         let stillOpen = state.withLock { s -> Bool in
             guard !s.closed else { return false }
             s.fd = fd
+            s.tls = session
             return true
         }
         guard stillOpen else {
             _ = Glibc.close(fd)
             throw HubTransportError("closed while connecting")
         }
-        let thread = Thread { [self] in readLoop(fd: fd, leftover: leftover) }
+        let thread = Thread { [self] in readLoop(fd: fd, leftover: leftover, tls: session) }
         thread.name = "HubClient reader"
         thread.start()
     }
@@ -104,6 +136,7 @@ public final class POSIXTransport: HubTransport {
 
     /// Cuts the TCP connection without a close frame (tests: a network that drops).
     public func abort() {
+        aborted.store(true, ordering: .relaxed)
         let fd = state.withLock { $0.fd }
         if fd >= 0 { _ = shutdown(fd, Int32(SHUT_RDWR)) }
     }
@@ -113,6 +146,7 @@ public final class POSIXTransport: HubTransport {
     private func write(_ bytes: [UInt8]) throws {
         try state.withLock { s in
             guard s.fd >= 0, !s.closed else { throw HubTransportError("not connected") }
+            if let session = s.tls { return try writeTLS(session, fd: s.fd, bytes) }
             var offset = 0
             while offset < bytes.count {
                 let n = bytes.withUnsafeBytes { Glibc.send(s.fd, $0.baseAddress! + offset, $0.count - offset, Int32(MSG_NOSIGNAL)) }
@@ -121,6 +155,35 @@ public final class POSIXTransport: HubTransport {
                     throw HubTransportError("send failed: \(String(cString: strerror(errno)))")
                 }
                 offset += n
+            }
+        }
+    }
+
+    /// `SSL_write` on the non-blocking socket, under the caller's lock. A full socket is waited for in short polls, for
+    /// at most `connectTimeout` (as a plain socket's send timeout) and not after `abort()`.
+    private func writeTLS(_ session: TLSSession, fd: Int32, _ bytes: [UInt8]) throws {
+        let deadline = ContinuousClock.now + .seconds(connectTimeout)
+        try bytes.withUnsafeBytes { raw in
+            guard let base = raw.baseAddress else { return }
+            var offset = 0
+            while offset < raw.count {
+                var written = 0
+                ERR_clear_error()
+                let ok = SSL_write_ex(session.ssl, base + offset, raw.count - offset, &written)
+                if ok == 1 {
+                    offset += written
+                    continue
+                }
+                let events: Int32
+                switch SSL_get_error(session.ssl, ok) {
+                case SSL_ERROR_WANT_WRITE: events = POLLOUT
+                case SSL_ERROR_WANT_READ: events = POLLIN
+                default: throw HubTransportError("send failed: \(Self.openSSLErrors())")
+                }
+                guard !aborted.load(ordering: .relaxed) else { throw HubTransportError("send failed: the connection was cut") }
+                guard ContinuousClock.now < deadline else { throw HubTransportError("send failed: timed out") }
+                var p = pollfd(fd: fd, events: Int16(events), revents: 0)
+                _ = poll(&p, 1, 100)
             }
         }
     }
@@ -136,7 +199,7 @@ public final class POSIXTransport: HubTransport {
         }
     }
 
-    private func readLoop(fd: Int32, leftover: [UInt8]) {
+    private func readLoop(fd: Int32, leftover: [UInt8], tls session: TLSSession?) {
         var reader = MessageReader(configuration: MessageReaderConfiguration(role: .client, maxFrameSize: maxMessageBytes,
                                                                              maxMessageSize: maxMessageBytes))
         var pending = leftover
@@ -144,6 +207,7 @@ public final class POSIXTransport: HubTransport {
         var closeCode: UInt16 = 1006
         var closeReason = ""
         var done = false
+        var ended = false
         while !done {
             if !pending.isEmpty {
                 do {
@@ -175,6 +239,11 @@ public final class POSIXTransport: HubTransport {
                 }
                 if done { break }
             }
+            if ended { break }
+            if let session {
+                ended = !readTLS(session, fd: fd, buffer: &buffer, into: &pending)
+                continue
+            }
             let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
             if n < 0 && errno == EINTR { continue }
             if n <= 0 { break }
@@ -189,15 +258,58 @@ public final class POSIXTransport: HubTransport {
             if echo { try? write(FrameEncoder.clientFrame(opcode: .close, payload: closePayload(code: CloseCode(closeCode), reason: ""))) }
         }
         let fdToClose = state.withLock { s -> Int32 in
-            defer { s.fd = -1 }
+            defer {
+                s.fd = -1
+                s.tls = nil  // no send can reach the session now; it is freed with the last reference
+            }
             return s.fd
         }
         if fdToClose >= 0 { _ = Glibc.close(fdToClose) }
         finish(code: closeCode, reason: closeReason)
     }
 
-    /// Connects (with a timeout) and performs the opening handshake; returns the socket and bytes read past the 101.
-    private static func open(host: String, port: Int, path: String, protocols: [String], timeout: Double) throws -> (Int32, [UInt8]) {
+    /// Waits for the hub (in `poll`, without the lock) and appends what it sent to `pending`; false once the
+    /// connection has ended (`pending` may still have grown). OpenSSL is asked under the lock until it wants the
+    /// socket again, so nothing it has buffered (`SSL_pending`, read-ahead) waits for a poll that would not wake; at
+    /// most 256 KiB at a time, so a flood does not hold the lock from senders.
+    private func readTLS(_ session: TLSSession, fd: Int32, buffer: inout [UInt8], into pending: inout [UInt8]) -> Bool {
+        enum Step { case data, end, wait(Int32) }
+        while true {
+            let step = state.withLock { _ -> Step in
+                var taken = 0
+                while taken < 256 * 1024 {
+                    var n = 0
+                    ERR_clear_error()
+                    let ok = buffer.withUnsafeMutableBytes { SSL_read_ex(session.ssl, $0.baseAddress, $0.count, &n) }
+                    if ok == 1 {
+                        pending += buffer[0..<min(n, buffer.count)]
+                        taken += n
+                        continue
+                    }
+                    let got = taken > 0
+                    switch SSL_get_error(session.ssl, ok) {
+                    case SSL_ERROR_WANT_READ: return got ? .data : .wait(POLLIN)
+                    case SSL_ERROR_WANT_WRITE: return got ? .data : .wait(POLLOUT)
+                    default: return .end  // close_notify, EOF (abort's shutdown included), a reset, a TLS error
+                    }
+                }
+                return .data
+            }
+            switch step {
+            case .data: return true
+            case .end: return false
+            case .wait(let events):
+                var p = pollfd(fd: fd, events: Int16(events), revents: 0)
+                if poll(&p, 1, -1) < 0 && errno != EINTR { return false }
+            }
+        }
+    }
+
+    /// Connects (with a timeout), makes the TLS handshake when `tls` is set (`wss://`), and performs the opening
+    /// handshake; returns the socket, bytes read past the 101, and the TLS session.
+    private static func open(host: String, port: Int, path: String, protocols: [String], timeout: Double,
+                             tls: TLSOptions?) throws -> (Int32, [UInt8], TLSSession?) {
+        let context = try tls.map { try TLSContext(caFile: $0.caFile) }
         var hints = addrinfo()
         hints.ai_family = AF_UNSPEC
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
@@ -224,17 +336,79 @@ public final class POSIXTransport: HubTransport {
                 continue
             }
             do {
-                let leftover = try handshake(fd: fd, host: host, port: port, path: path, protocols: protocols)
-                // Reads block without a timeout from now on (the reader thread waits for the hub).
-                var none = timeval(tv_sec: 0, tv_usec: 0)
-                setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, socklen_t(MemoryLayout<timeval>.size))
-                return (fd, leftover)
+                guard let context else {
+                    let leftover = try handshake(fd: fd, host: host, port: port, path: path, protocols: protocols)
+                    // Reads block without a timeout from now on (the reader thread waits for the hub).
+                    var none = timeval(tv_sec: 0, tv_usec: 0)
+                    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, socklen_t(MemoryLayout<timeval>.size))
+                    return (fd, leftover, nil)
+                }
+                // Until the session is returned, it frees itself (its deinit) on every throw below.
+                let session = try TLSSession(context: context, fd: fd, host: host, port: port)
+                let leftover = try secureHandshake(session, host: host, port: port, path: path, protocols: protocols)
+                // From now on the socket is non-blocking: the reader polls for it without holding the lock.
+                let flags = fcntl(fd, F_GETFL)
+                guard flags >= 0, fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0 else {
+                    throw HubTransportError("cannot make the socket non-blocking: \(String(cString: strerror(errno)))")
+                }
+                return (fd, leftover, session)
             } catch {
                 _ = Glibc.close(fd)
                 throw error
             }
         }
         throw HubTransportError("cannot connect to \(host):\(port): \(lastError)")
+    }
+
+    /// The upgrade over TLS (the socket still blocking, with the connect timeout): Host is `host` on 443.
+    private static func secureHandshake(_ session: TLSSession, host: String, port: Int, path: String, protocols: [String]) throws -> [UInt8] {
+        let key = ClientHandshake.makeKey()
+        let request = ClientHandshake.request(host: port == 443 ? host : "\(host):\(port)", path: path, key: key, subprotocols: protocols)
+        try request.withUnsafeBytes { raw in
+            guard let base = raw.baseAddress else { return }
+            var offset = 0
+            while offset < raw.count {
+                var n = 0
+                ERR_clear_error()
+                guard SSL_write_ex(session.ssl, base + offset, raw.count - offset, &n) == 1 else {
+                    throw HubTransportError("sending the upgrade request failed: \(openSSLErrors())")
+                }
+                offset += n
+            }
+        }
+        var parser = HTTPResponseParser()
+        var buffer = [UInt8](repeating: 0, count: 16 * 1024)
+        while true {
+            var n = 0
+            ERR_clear_error()
+            let ok = buffer.withUnsafeMutableBytes { SSL_read_ex(session.ssl, $0.baseAddress, $0.count, &n) }
+            guard ok == 1, n > 0 else {
+                let closed = SSL_get_error(session.ssl, ok) == SSL_ERROR_ZERO_RETURN
+                throw HubTransportError(closed ? "the hub closed during the handshake" : "no handshake response")
+            }
+            let chunk = Array(buffer[0..<min(n, buffer.count)])  // the parser is incremental: each read once
+            let result = try chunk.withUnsafeBytes { try parser.parse($0) }
+            guard case .complete(let head, let consumed) = result else { continue }
+            guard head.status == 101 else {
+                let body = String(decoding: chunk[min(consumed, chunk.count)...], as: UTF8.self)
+                throw HubTransportError("the upgrade was refused: HTTP \(head.status) \(body)", httpStatus: head.status)
+            }
+            _ = try ClientHandshake.verify(head, key: key, offeredSubprotocols: protocols, deflate: nil)
+            return Array(chunk[min(consumed, chunk.count)...])
+        }
+    }
+
+    /// OpenSSL's error queue as one line (and cleared).
+    static func openSSLErrors() -> String {
+        var parts: [String] = []
+        while true {
+            let code = ERR_get_error()
+            if code == 0 { break }
+            var buffer = [CChar](repeating: 0, count: 256)
+            ERR_error_string_n(code, &buffer, buffer.count)
+            parts.append(String(decoding: buffer.prefix(while: { $0 != 0 }).map { UInt8(bitPattern: $0) }, as: UTF8.self))
+        }
+        return parts.isEmpty ? "no detail from OpenSSL" : parts.joined(separator: "; ")
     }
 
     private static func handshake(fd: Int32, host: String, port: Int, path: String, protocols: [String]) throws -> [UInt8] {
@@ -262,5 +436,103 @@ public final class POSIXTransport: HubTransport {
             return Array(chunk[consumed...])
         }
     }
+}
+
+/// A client `SSL_CTX`: the trust (system store or a CA file), TLS 1.2 at least, peer verification. One per connect;
+/// freed in deinit, once (the sessions made from it hold their own references).
+private final class TLSContext {
+    let ctx: OpaquePointer
+
+    init(caFile: String?) throws {
+        ERR_clear_error()
+        guard let ctx = SSL_CTX_new(TLS_client_method()) else {
+            throw HubTransportError("SSL_CTX_new failed: \(POSIXTransport.openSSLErrors())")
+        }
+        self.ctx = ctx  // owned from here: deinit frees it on every throw below
+        _ = hub_SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION)
+        // Partial writes and a moving buffer: a send resumed after WANT_WRITE passes the rest of its bytes.
+        _ = hub_SSL_CTX_set_mode(ctx, Int(SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER))
+        // No renegotiation or compression; a TCP close without close_notify reads as EOF (WebSocket has its own close).
+        _ = SSL_CTX_set_options(ctx, hub_SSL_OP_defaults())
+        if let caFile {
+            // A CA file that cannot be read is the app's setup, which no retry mends.
+            guard access(caFile, R_OK) == 0 else {
+                throw HubTransportError("cannot read the CA file \(caFile): \(String(cString: strerror(errno)))", isConfigurationError: true)
+            }
+            guard SSL_CTX_load_verify_locations(ctx, caFile, nil) == 1 else {
+                throw HubTransportError("the CA file \(caFile) holds no usable PEM certificate: \(POSIXTransport.openSSLErrors())",
+                                        isConfigurationError: true)
+            }
+        } else {
+            guard SSL_CTX_set_default_verify_paths(ctx) == 1 else {
+                throw HubTransportError("cannot load the system's trust store: \(POSIXTransport.openSSLErrors())", isConfigurationError: true)
+            }
+        }
+        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nil)
+        let alpn: [UInt8] = [8] + Array("http/1.1".utf8)
+        _ = SSL_CTX_set_alpn_protos(ctx, alpn, UInt32(alpn.count))
+    }
+
+    deinit { SSL_CTX_free(ctx) }
+}
+
+/// One connection's `SSL`, reading and writing the socket through the package's MSG_NOSIGNAL BIO (a send to a reset
+/// hub is EPIPE, never SIGPIPE). Freed in deinit, once, when its last reference goes: the reader thread's and the
+/// transport's state's. It does not own the descriptor. Unchecked Sendable: the transport makes every call on `ssl`
+/// under its lock (the handshake, before the session is shared, excepted).
+private final class TLSSession: @unchecked Sendable {
+    let ssl: OpaquePointer
+
+    /// A session on `fd`, handshaken (the socket blocking, with the connect timeout), and verified for `host`.
+    init(context: TLSContext, fd: Int32, host: String, port: Int) throws {
+        ERR_clear_error()
+        guard let ssl = SSL_new(context.ctx) else { throw HubTransportError("SSL_new failed: \(POSIXTransport.openSSLErrors())") }
+        self.ssl = ssl  // owned from here: deinit frees it on every throw below
+        guard let method = Self.bioMethod.value, let bio = hub_bio_new(method, fd) else {
+            throw HubTransportError("cannot make the TLS socket BIO: \(POSIXTransport.openSSLErrors())")
+        }
+        SSL_set_bio(ssl, bio, bio)  // one BIO for both directions: SSL_free frees it once
+        SSL_set_connect_state(ssl)
+        let name = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
+        if Self.isIPLiteral(name) {
+            // No SNI for an address (RFC 6066 §3); the certificate must list it as an IP address.
+            guard X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name) == 1 else {
+                throw HubTransportError("cannot verify the hub against the address \(name)", isConfigurationError: true)
+            }
+        } else {
+            SSL_set_hostflags(ssl, UInt32(X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS))
+            guard hub_SSL_set_tlsext_host_name(ssl, name) == 1, SSL_set1_host(ssl, name) == 1 else {
+                throw HubTransportError("cannot verify the hub against the name \(name)", isConfigurationError: true)
+            }
+        }
+        ERR_clear_error()
+        let ok = SSL_connect(ssl)
+        guard ok == 1 else {
+            let verify = SSL_get_verify_result(ssl)
+            if verify != Int(X509_V_OK) {
+                // Not a configuration error: a captive portal or a certificate being renewed may be the cause.
+                let why = X509_verify_cert_error_string(verify).map { String(cString: $0) } ?? "error \(verify)"
+                throw HubTransportError("the hub's certificate did not verify for \(name): \(why) (\(POSIXTransport.openSSLErrors()))")
+            }
+            switch SSL_get_error(ssl, ok) {
+            case SSL_ERROR_WANT_READ, SSL_ERROR_WANT_WRITE:
+                throw HubTransportError("the TLS handshake with \(host):\(port) timed out")
+            default:
+                throw HubTransportError("the TLS handshake with \(host):\(port) failed: \(POSIXTransport.openSSLErrors())")
+            }
+        }
+    }
+
+    deinit { SSL_free(ssl) }
+
+    private static func isIPLiteral(_ name: String) -> Bool {
+        var v4 = in_addr()
+        var v6 = in6_addr()
+        return inet_pton(AF_INET, name, &v4) == 1 || inet_pton(AF_INET6, name, &v6) == 1
+    }
+
+    private struct Method: @unchecked Sendable { let value: OpaquePointer? }
+    /// The BIO method, made once per process and never freed (immutable once made).
+    private static let bioMethod = Method(value: hub_bio_method_new())
 }
 #endif
