@@ -35,8 +35,8 @@ public final class POSIXTransport: HubTransport {
     private let state = Mutex(State())
     /// Set by `abort()`: a TLS send waiting for room in the socket gives up (it holds the lock `abort` needs).
     private let aborted = Atomic<Bool>(false)
-    private let messages: AsyncStream<HubTransportMessage>
-    private let continuation: AsyncStream<HubTransportMessage>.Continuation
+    /// Messages read and not yet received: bounded, so an app that falls behind stops this transport's reading.
+    private let inbox: Inbox
     /// The longest message accepted from the hub.
     let maxMessageBytes: Int
     let connectTimeout: Double
@@ -44,9 +44,11 @@ public final class POSIXTransport: HubTransport {
     let closeTimeout: Duration
     let tls: TLSOptions
 
+    /// - Parameter maxQueuedMessages: messages read ahead of `receive()`; when as many wait, the reader stops
+    ///   reading from the socket until one is taken (the hub then sees its queue grow: 4008 if it stays so).
     public init(maxMessageBytes: Int = 1 << 20, connectTimeout: Double = 10, closeTimeout: Duration = .seconds(2),
-                tls: TLSOptions = TLSOptions()) {
-        (messages, continuation) = AsyncStream.makeStream(of: HubTransportMessage.self)
+                tls: TLSOptions = TLSOptions(), maxQueuedMessages: Int = 256) {
+        inbox = Inbox(limit: maxQueuedMessages)
         self.maxMessageBytes = maxMessageBytes
         self.connectTimeout = connectTimeout
         self.closeTimeout = closeTimeout
@@ -103,8 +105,7 @@ public final class POSIXTransport: HubTransport {
 
     public func receive() async -> HubTransportMessage {
         // One consumer (HubClient's receive loop), one element at a time.
-        var it = messages.makeAsyncIterator()
-        return await it.next() ?? .closed(code: 1006, reason: "")
+        await inbox.take()
     }
 
     /// Sends the close frame and returns once the connection has ended: the hub answers and closes TCP, or after
@@ -137,6 +138,7 @@ public final class POSIXTransport: HubTransport {
     /// Cuts the TCP connection without a close frame (tests: a network that drops).
     public func abort() {
         aborted.store(true, ordering: .relaxed)
+        inbox.discard()  // a reader waiting for room goes on (and ends: the socket is shut down)
         let fd = state.withLock { $0.fd }
         if fd >= 0 { _ = shutdown(fd, Int32(SHUT_RDWR)) }
     }
@@ -193,10 +195,7 @@ public final class POSIXTransport: HubTransport {
             defer { s.closed = true }
             return !s.closed
         }
-        if first {
-            continuation.yield(.closed(code: code, reason: reason))
-            continuation.finish()
-        }
+        if first { inbox.end(.closed(code: code, reason: reason)) }
     }
 
     private func readLoop(fd: Int32, leftover: [UInt8], tls session: TLSSession?) {
@@ -215,7 +214,7 @@ public final class POSIXTransport: HubTransport {
                         try reader.read(bytes) { message in
                             switch message {
                             case .text(let payload):
-                                continuation.yield(.text(String(decoding: payload, as: UTF8.self)))
+                                inbox.put(.text(String(decoding: payload, as: UTF8.self)))
                             case .binary:
                                 break  // the hub's protocol is text
                             case .ping(let payload):
@@ -534,5 +533,76 @@ private final class TLSSession: @unchecked Sendable {
     private struct Method: @unchecked Sendable { let value: OpaquePointer? }
     /// The BIO method, made once per process and never freed (immutable once made).
     private static let bioMethod = Method(value: hub_bio_method_new())
+}
+
+/// The reader thread's queue to `receive()`: `put` blocks the reader while `limit` messages wait; the end
+/// (`.closed`) comes after everything queued before it, and to every later `take`.
+private final class Inbox: @unchecked Sendable {  // every field under `condition`
+    private let condition = NSCondition()
+    private var queue: [HubTransportMessage] = []
+    private var head = 0
+    private var last: HubTransportMessage?
+    private var discarding = false
+    private var waiting: CheckedContinuation<HubTransportMessage, Never>?
+    private let limit: Int
+
+    init(limit: Int) { self.limit = max(1, limit) }
+
+    /// On the reader thread: waits while the queue is full (after `discard()`, or once ended, drops instead).
+    func put(_ message: HubTransportMessage) {
+        condition.lock()
+        while queue.count - head >= limit && !discarding && last == nil { condition.wait() }
+        guard !discarding, last == nil else { return condition.unlock() }
+        if let waiting {
+            self.waiting = nil
+            condition.unlock()
+            return waiting.resume(returning: message)
+        }
+        queue.append(message)
+        condition.unlock()
+    }
+
+    /// The connection ended with `message`.
+    func end(_ message: HubTransportMessage) {
+        condition.lock()
+        guard last == nil else { return condition.unlock() }
+        last = message
+        condition.broadcast()
+        let waiter = head == queue.count ? waiting : nil
+        if waiter != nil { waiting = nil }
+        condition.unlock()
+        waiter?.resume(returning: message)
+    }
+
+    /// Stops holding the reader back: what it reads from now on is dropped.
+    func discard() {
+        condition.lock()
+        discarding = true
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    func take() async -> HubTransportMessage {
+        await withCheckedContinuation { (next: CheckedContinuation<HubTransportMessage, Never>) in
+            condition.lock()
+            if head < queue.count {
+                let message = queue[head]
+                head += 1
+                if head > 64 && head * 2 > queue.count {
+                    queue.removeFirst(head)
+                    head = 0
+                }
+                condition.signal()
+                condition.unlock()
+                next.resume(returning: message)
+            } else if let last {
+                condition.unlock()
+                next.resume(returning: last)
+            } else {
+                waiting = next
+                condition.unlock()
+            }
+        }
+    }
 }
 #endif

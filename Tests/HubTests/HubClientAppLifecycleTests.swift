@@ -240,3 +240,104 @@ import Testing
         await client.stop()
     }
 }
+
+/// The whole path of an app that falls behind: its subscription fills, the client stops taking messages, the
+/// transport stops reading, the hub's queue for the connection grows past `--max-queued-bytes` and the hub closes
+/// with 4008 (before the bounds, the client read everything into memory and the guard never fired). At the same
+/// publish rate a consumer that reads is never closed. Once it reads again, the client has reconnected and
+/// resumed: events come in order, without duplicates, and any gap is announced by `.recoveryFailed` (a replay larger
+/// than half the hub's queue limit is `too_many`).
+@Suite(.serialized) struct HubClientBackpressureTests {
+    final class Consumer: Sendable {
+        let seqs = Mutex<[UInt64]>([])
+        let failuresAt = Mutex<[Int]>([])
+        let paused = Atomic<Bool>(false)
+    }
+
+    /// Publishes `count` events of ~4 KiB at `perSecond`, from a thread of its own; returns the last seq.
+    static func publish(_ hub: HubProcess, count: Int, perSecond: Double) async -> UInt64? {
+        let socketPath = hub.socketPath
+        let padding = String(repeating: "x", count: 4096)
+        return await withCheckedContinuation { (done: CheckedContinuation<UInt64?, Never>) in
+            Thread.detachNewThread {
+                guard let admin = try? AdminClient(socketPath: socketPath) else { return done.resume(returning: nil) }
+                let started = Date()
+                var last: UInt64?
+                for i in 0..<count {
+                    let line = #"{"op":"publish","channel":"wallet_updates","account":"acc_behind","type":"t","data":{"p":"\#(padding)"}}"#
+                    guard let bytes = try? admin.request(line), let reply = try? parseObject(bytes), let seq = reply["seq"] as? Int else {
+                        return done.resume(returning: nil)
+                    }
+                    last = UInt64(seq)
+                    let wait = started.addingTimeInterval(Double(i + 1) / perSecond).timeIntervalSinceNow
+                    if wait > 0 { usleep(UInt32(wait * 1_000_000)) }
+                }
+                done.resume(returning: last)
+            }
+        }
+    }
+
+    @Test func anAppThatFallsBehindIsClosedByTheHubAndResumes() async throws {
+        let hub = try HubProcess(["--max-queued-bytes", "262144"])
+        let mint = try HubClientTests.minter(hub)
+        var configuration = HubClientTests.fast
+        configuration.subscriptionBufferLimit = 10
+        let client = HubClient(url: URL(string: "ws://127.0.0.1:\(hub.port)/ws")!, configuration: configuration,
+                               transport: { POSIXTransport(maxQueuedMessages: 16) }) { _ in mint("acc_behind", 900) }
+        let states = await client.stateUpdates()
+        let seen = HubClientAppLifecycleTests.Seen()
+        Task { for await s in states { seen.append(s) } }
+        let subscription = await client.subscribe(["wallet_updates"])
+        let consumer = Consumer()
+        let reading = Task {
+            var iterator = subscription.makeAsyncIterator()
+            while !Task.isCancelled {
+                if consumer.paused.load(ordering: .relaxed) {
+                    try? await Task.sleep(for: .milliseconds(10))
+                    continue
+                }
+                guard let element = await iterator.next() else { return }
+                switch element {
+                case .event(let e): consumer.seqs.withLock { $0.append(e.seq) }
+                case .recoveryFailed: consumer.failuresAt.withLock { f in f.append(consumer.seqs.withLock { $0.count }) }
+                case .refused: break
+                }
+            }
+        }
+        defer { reading.cancel() }
+        await client.start()
+        #expect(await HubClientTests.subscribed(client))
+
+        // A consumer that reads keeps up with 1 000 events (4 MiB) a second: never closed.
+        let first = await Self.publish(hub, count: 1000, perSecond: 1000)
+        #expect(first == 1000)
+        #expect(await HubClientTests.until(10) { consumer.seqs.withLock { $0.count } == 1000 })
+        #expect(!seen.all.contains { $0.disconnect?.reason == .slowConsumer }, "closed while reading: \(seen.all)")
+
+        // The same rate while it does not read: the client stops reading, so the hub's queue for it grows and the
+        // hub closes it (4008, counted). The client learns of it when its consumer reads again.
+        consumer.paused.store(true, ordering: .relaxed)
+        let publishing = Task { await Self.publish(hub, count: 8000, perSecond: 1000) }
+        func slowConsumerCloses() -> Int {
+            ((try? hub.stats())?["drops"] as? [String: Any])?["slowConsumerCloses"] as? Int ?? 0
+        }
+        let closed = await HubClientTests.until(15) { slowConsumerCloses() >= 1 }
+        #expect(closed, "the hub never closed the app that stopped reading")
+        let last = await publishing.value ?? 0
+        consumer.paused.store(false, ordering: .relaxed)
+        // It reconnects and resumes; the hub cannot replay 8 000 events (history 100 by default): a recoveryFailed,
+        // then what comes next, in order.
+        #expect(await HubClientTests.until(10) { !consumer.failuresAt.withLock { $0 }.isEmpty }, "no recoveryFailed after the gap")
+        #expect(await HubClientTests.until(10) { HubClientLifecycleTests.openConnections(hub) == 1 })
+        let next = try hub.publish(channel: "wallet_updates", account: "acc_behind")
+        #expect(next["seq"] as? Int == Int(last) + 1)
+        #expect(await HubClientTests.until(10) { consumer.seqs.withLock { $0.last } == last + 1 },
+                "the consumer ends at \(consumer.seqs.withLock { $0.last } ?? 0), the hub at \(last + 1)")
+        let seqs = consumer.seqs.withLock { $0 }
+        let gaps = Set(consumer.failuresAt.withLock { $0 })
+        let unannounced = seqs.indices.dropFirst().first { seqs[$0] != seqs[$0 - 1] + 1 && !gaps.contains($0) }
+        #expect(unannounced == nil, "seq \(unannounced.map { seqs[$0] } ?? 0) after \(unannounced.map { seqs[$0 - 1] } ?? 0) with no recoveryFailed")
+        #expect(!gaps.isEmpty, "a gap this large cannot be replayed (too_many): it must be announced")
+        await client.stop()
+    }
+}
