@@ -195,6 +195,7 @@ final class ClientConnection: ConnectionHandler {
     }
 
     func connectionClosed(_ connection: Connection, reason: CloseReason) {
+        if hub.logger.enabled(.debug) { logDebug("connection closed", connection: connection, code: nil) }
         count(as: .none)
         unsubscribeAll()
         if countedForAccount {
@@ -393,6 +394,7 @@ final class ClientConnection: ConnectionHandler {
     }
 
     private func refuse(_ failure: AuthFailure) {
+        logRefusedToken(failure)
         context.counters.authFailures[failure.reason.rawValue, default: 0] += 1
         respondHTTP(HTTPResponse.json(status: 401, body: failure.httpBody(),
                                       headers: [("WWW-Authenticate", "Bearer error=\"invalid_token\"")]))
@@ -783,6 +785,7 @@ final class ClientConnection: ConnectionHandler {
     private func authenticateFirst(_ token: String, platform: String?, appVersion: String?, id: RawJSON?) {
         switch hub.verifier.verify(token, now: Int64(time(nil))) {
         case .failure(let failure):
+            logRefusedToken(failure)
             context.counters.authFailures[failure.reason.rawValue, default: 0] += 1
             reply { w in ClientReplies.error(code: failure.code, message: failure.message, details: nil, id: id, into: &w) }
             close(code: failure.reason == .expired ? CloseCode(4001) : Self.unauthorizedClose, reason: failure.code)
@@ -806,6 +809,21 @@ final class ClientConnection: ConnectionHandler {
         }
     }
 
+    /// A debug line about this connection: its id, peer, the close `code` if any, and its account (`--log-accounts`).
+    /// The code is logged when the frame goes out, not kept for the teardown line: the object has no byte to spare.
+    private func logDebug(_ message: String, connection: Connection, code: CloseCode?) {
+        var fields: [LogField] = [.conn(id), .remote(connection.peer)]
+        if let code { fields.append(.code(Int(code.rawValue))) }
+        if countedForAccount, let field = hub.logger.accountField(account.string) { fields.append(field) }
+        hub.logger.debug(message, fields)
+    }
+
+    /// A debug line for a refused token: why (the reason code), never the token or any part of it.
+    private func logRefusedToken(_ failure: AuthFailure) {
+        guard hub.logger.enabled(.debug) else { return }
+        hub.logger.debug("token refused", [.conn(id), .remote(connection?.peer ?? "?"), .reason(failure.reason.rawValue)])
+    }
+
     /// Why an account at `--max-connections-per-account` is refused (the upgrade's 429, first-message auth's 4029).
     private var accountLimitMessage: String {
         "this account already has \(hub.configuration.maxConnectionsPerAccount) open connections (--max-connections-per-account)"
@@ -814,6 +832,7 @@ final class ClientConnection: ConnectionHandler {
     private func refreshToken(_ token: String, id: RawJSON?) {
         switch hub.verifier.verify(token, now: Int64(time(nil))) {
         case .failure(let failure):
+            logRefusedToken(failure)
             context.counters.authFailures[failure.reason.rawValue, default: 0] += 1
             reply { w in ClientReplies.error(code: failure.code, message: failure.message, details: nil, id: id, into: &w) }
         case .success(let verified) where AccountID(verified.subject) != account:
@@ -944,6 +963,7 @@ final class ClientConnection: ConnectionHandler {
     /// cap when it breaks the protocol or closes still gets the close frame behind what is queued, never a bare TCP close.
     private func sendCloseFrame(_ code: CloseCode?, reason: String) {
         guard let connection else { return }
+        if hub.logger.enabled(.debug) { logDebug("close frame sent", connection: connection, code: code ?? CloseCode(1005)) }
         let payload = code.map { closePayload(code: $0, reason: reason) } ?? []
         let frame = payload.withUnsafeBytes { LoopContext.frame(opcode: .close, $0) }
         connection.maxQueuedBytes = max(connection.maxQueuedBytes, connection.queuedBytes + frame.count)

@@ -47,6 +47,10 @@ public struct HubConfiguration: Sendable, Equatable {
     public var broker: RedisEndpoint? = nil
     /// Cluster mode: how events travel through Redis pub/sub (docs/OPERATIONS.md, "Cluster").
     public var brokerFanout = RedisStreams.FanoutLayout.streams
+    /// nil: `LogFormat.automatic()` (JSON unless stderr is a terminal).
+    public var logFormat: LogFormat? = nil
+    public var logLevel = LogLevel.info
+    public var logAccounts = AccountLogging.omit
 
     public init() {}
 
@@ -144,6 +148,21 @@ public struct HubConfiguration: Sendable, Equatable {
               }),
         .init(name: "idempotency-max-keys", kind: .value(placeholder: "N"), help: "idempotency keys remembered at most (oldest forgotten first)",
               defaultText: { "\($0.idempotencyMaxKeys)" }, apply: { c, v throws(ConfigurationError) in c.idempotencyMaxKeys = try parseInt(v, "idempotency-max-keys", 0...10_000_000) }),
+        .init(name: "log-format", kind: .value(placeholder: "FORMAT"), help: "text (a line for a person) or json (one object per line: ts, level, msg and fields)",
+              defaultText: { _ in "json when stderr is not a terminal, else text" }, apply: { c, v throws(ConfigurationError) in
+                  guard let format = LogFormat(rawValue: v) else { throw ConfigurationError(message: "expected text or json, got '\(v)'") }
+                  c.logFormat = format
+              }),
+        .init(name: "log-level", kind: .value(placeholder: "LEVEL"), help: "debug, info, warn or error: lines below it are not written (debug adds a line per refused token and closed connection)",
+              defaultText: { $0.logLevel.name }, apply: { c, v throws(ConfigurationError) in
+                  guard let level = LogLevel(name: v) else { throw ConfigurationError(message: "expected debug, info, warn or error, got '\(v)'") }
+                  c.logLevel = level
+              }),
+        .init(name: "log-accounts", kind: .value(placeholder: "MODE"), help: "account ids in log lines: omit, hash (first 16 hex digits of their SHA-256) or plain",
+              defaultText: { $0.logAccounts.rawValue }, apply: { c, v throws(ConfigurationError) in
+                  guard let mode = AccountLogging(rawValue: v) else { throw ConfigurationError(message: "expected omit, hash or plain, got '\(v)'") }
+                  c.logAccounts = mode
+              }),
     ]
 
     public enum ParseOutcome: Equatable, Sendable {

@@ -28,6 +28,12 @@ public final class HubServer: Sendable {
     /// Starts everything and returns once the hub accepts clients and publishes. Throws a message fit for a
     /// person when something is in the way (port in use, another hub on the socket, unreadable key).
     public static func start(configuration: HubConfiguration, log: @escaping @Sendable (String) -> Void) throws -> HubServer {
+        try start(configuration: configuration, logger: HubLogger(lines: log))
+    }
+
+    /// `start(configuration:log:)` with the hub's logger (levels, fields, `--log-format`).
+    public static func start(configuration: HubConfiguration, logger: HubLogger) throws -> HubServer {
+        let log = logger.lines
         let limits = TCPListener.raiseDescriptorLimit()
         let threads = configuration.threads > 0 ? configuration.threads : EventLoopGroup.coreCount
         // Reserve: listeners, epoll and eventfds, the Unix socket and its clients, logs, and the shed slot.
@@ -38,10 +44,10 @@ public final class HubServer: Sendable {
         // below the reserve (the Unix socket's publishers must always find one).
         let busyAnswers = min(ClientAcceptor.maxBusyTLSAnswers, (derivedLimit - maxConnections) / threads)
         if configuration.maxConnections > derivedLimit {
-            log("--max-connections \(configuration.maxConnections) is above what the open-file limit (\(limits.soft)) allows; using \(derivedLimit)")
+            logger.warn("--max-connections \(configuration.maxConnections) is above what the open-file limit (\(limits.soft)) allows; using \(derivedLimit)")
         }
 
-        let (verifier, authDescription) = try makeVerifier(configuration, log: log)
+        let (verifier, authDescription) = try makeVerifier(configuration, logger: logger)
         let tls = try makeTLS(configuration)
         let group = try EventLoopGroup(loopCount: threads)
         let contexts = group.loops.map { LoopContext(loop: $0, channelCount: configuration.channels.count) }
@@ -66,7 +72,7 @@ public final class HubServer: Sendable {
         let listenText = Mutex("")
         let core = HubCore(configuration: configuration, verifier: verifier, authDescription: authDescription, contexts: contexts,
                            maxConnections: maxConnections, descriptorLimit: limits.soft,
-                           listenAddress: { listenText.withLock { $0 } }, log: log, restoring: saved, redisBroker: redisBroker)
+                           listenAddress: { listenText.withLock { $0 } }, log: log, logger: logger, restoring: saved, redisBroker: redisBroker)
         for context in contexts {
             context.hub = core
             context.loop.execute { context.startHousekeeping() }
@@ -170,7 +176,7 @@ public final class HubServer: Sendable {
 
     /// The token verifier from the configuration: a public key, a secret file, `HUB_JWT_SECRET`, or a generated
     /// secret in the state directory (the zero-configuration path).
-    static func makeVerifier(_ c: HubConfiguration, log: @Sendable (String) -> Void) throws -> (JWTVerifier, String) {
+    static func makeVerifier(_ c: HubConfiguration, logger: HubLogger) throws -> (JWTVerifier, String) {
         do {
             if let path = c.jwtPublicKeyFile {
                 // Read like a secret (a regular file, not writable by others): whoever can replace it can mint tokens.
@@ -191,11 +197,11 @@ public final class HubServer: Sendable {
                 loaded = try SecretFile.loadOrCreate(stateDirectory: c.stateDirectory)
                 description = "HS256 (secret file \(loaded.path))"
                 if loaded.created {
-                    log("no JWT secret configured: generated a random one in \(loaded.path) (mode 0600); mint tokens with `hubctl token ACCOUNT`")
+                    logger.info("no JWT secret configured: generated a random one in \(loaded.path) (mode 0600); mint tokens with `hubctl token ACCOUNT`")
                 }
             }
             if loaded.groupOrWorldReadable {
-                log("warning: \(loaded.path) is readable by other users; chmod 600 it")
+                logger.warn("\(loaded.path) is readable by other users; chmod 600 it")
             }
             let verifier = try JWTVerifier(key: .hmacSecret(loaded.secret), issuer: c.jwtIssuer, audience: c.jwtAudience, leeway: c.jwtLeewaySeconds)
             return (verifier, description)
@@ -223,7 +229,7 @@ public final class HubServer: Sendable {
             usleep(20_000)
         }
         let remaining = core.clientCount
-        if remaining > 0 { core.log("shutdown: \(remaining) connections did not finish the close handshake in time; closing them") }
+        if remaining > 0 { core.logger.warn("shutdown: \(remaining) connections did not finish the close handshake in time; closing them") }
         // Cluster mode: leave the node registry and drop this node's presence while its loop still runs.
         core.redisBroker?.shutdown()
         group.shutdown()
