@@ -33,7 +33,9 @@ extension HubServer {
             case SIGTERM, SIGINT:
                 return received
             case SIGHUP:
+                notifier?.reloading()
                 core.log("received SIGHUP: " + reloadTLS())
+                notifier?.send("READY=1")
             case SIGQUIT:
                 logStateDump()
             default:
