@@ -32,7 +32,9 @@ let logger = HubLogger(format: configuration.logFormat ?? .automatic(), level: c
 
 let server: HubServer
 do {
-    server = try HubServer.start(configuration: configuration, logger: logger)
+    // Listening sockets from the service manager (LISTEN_FDS), read and removed from the environment first.
+    let activation = try SocketActivation.take()
+    server = try HubServer.start(configuration: configuration, logger: logger, activation: activation)
 } catch {
     logger.error("cannot start: \(error)")
     exit(1)

@@ -74,7 +74,14 @@ final class HubCore: Sendable {
     }
 
     var isShuttingDown: Bool { shuttingDown.load(ordering: .relaxed) }
-    func beginShutdown() { shuttingDown.store(true, ordering: .relaxed) }
+    /// Whether publishes get `SHUTTING_DOWN`: from the start of a shutdown, unless the listening sockets outlive the
+    /// process (socket activation), where publishes are taken until the loops stop.
+    var refusesPublishes: Bool { shuttingDown.load(ordering: .relaxed) && !publishesUntilStopped.load(ordering: .relaxed) }
+    private let publishesUntilStopped = Atomic<Bool>(false)
+    func beginShutdown(keepPublishing: Bool = false) {
+        publishesUntilStopped.store(keepPublishing, ordering: .relaxed)
+        shuttingDown.store(true, ordering: .relaxed)
+    }
     var clientCount: Int { openClients.load(ordering: .relaxed) }
 
     /// Claims a client slot; false (and one log line per burst) when the hub is at its connection limit.

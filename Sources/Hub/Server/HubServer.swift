@@ -26,6 +26,8 @@ public final class HubServer: Sendable {
     let tls: TLSContext?
     /// sd_notify, when the hub runs under a service manager (`$NOTIFY_SOCKET`).
     let notifier: ServiceNotifier?
+    /// The listening sockets came from the service manager, which keeps them open across restarts.
+    let activated: Bool
     /// Set when shutdown begins: the notifier's thread stops.
     private let notifierStopped = Atomic<Bool>(false)
 
@@ -36,8 +38,13 @@ public final class HubServer: Sendable {
     }
 
     /// `start(configuration:log:)` with the hub's logger (levels, fields, `--log-format`).
-    public static func start(configuration: HubConfiguration, logger: HubLogger) throws -> HubServer {
+    /// - Parameter activation: listening sockets passed by the service manager (`SocketActivation.take()`), served
+    ///   instead of binding `--listen`, `--tls-listen` and `--socket`.
+    public static func start(configuration: HubConfiguration, logger: HubLogger, activation: SocketActivation? = nil) throws -> HubServer {
         let log = logger.lines
+        if activation?.wss != nil && configuration.tlsCertificateFile == nil {
+            throw StartError("the service manager passed a socket named wss, but no --tls-cert and --tls-key are configured")
+        }
         let limits = TCPListener.raiseDescriptorLimit()
         let threads = configuration.threads > 0 ? configuration.threads : EventLoopGroup.coreCount
         // Reserve: listeners, epoll and eventfds, the Unix socket and its clients, logs, and the shed slot.
@@ -84,33 +91,48 @@ public final class HubServer: Sendable {
 
         let unix: UnixListener
         do {
-            unix = try UnixListener.bind(path: configuration.socketPath, on: group.loops[0]) { _ in SocketAcceptor(context: contexts[0]) }
+            let acceptor: @Sendable (EventLoop) -> any ListenerDelegate = { _ in SocketAcceptor(context: contexts[0]) }
+            if let fd = activation?.publish {
+                unix = try UnixListener.adopt(fd: fd, on: group.loops[0], makeDelegate: acceptor)
+            } else {
+                unix = try UnixListener.bind(path: configuration.socketPath, on: group.loops[0], makeDelegate: acceptor)
+            }
         } catch {
             group.shutdown()
             if saved != nil { core.saveState() }  // the state file was consumed at load: the next start resumes from this one
-            throw StartError("cannot listen on the Unix socket \(configuration.socketPath): \(error)")
+            throw StartError("cannot listen on the Unix socket \(activation?.publish != nil ? "passed by the service manager" : configuration.socketPath): \(error)")
         }
         let tcp: TCPListener
-        // With a certificate and no --tls-listen, the one listener speaks TLS.
-        let mainTLS = configuration.tlsListen == nil ? tls : nil
+        // With a certificate and neither --tls-listen nor a passed wss socket, the one listener speaks TLS.
+        let mainTLS = configuration.tlsListen == nil && activation?.wss == nil ? tls : nil
         do {
-            tcp = try TCPListener.bind(configuration.listen, on: group, clientSpeaksFirst: true) { loop in ClientAcceptor(context: contexts[loop.index], tls: mainTLS, busyAnswers: busyAnswers) }
+            let acceptor: @Sendable (EventLoop) -> any ListenerDelegate = { loop in ClientAcceptor(context: contexts[loop.index], tls: mainTLS, busyAnswers: busyAnswers) }
+            if let fd = activation?.ws {
+                tcp = try TCPListener.adopt(fd: fd, on: group.loops, clientSpeaksFirst: true, makeDelegate: acceptor)
+            } else {
+                tcp = try TCPListener.bind(configuration.listen, on: group, clientSpeaksFirst: true, makeDelegate: acceptor)
+            }
         } catch {
             unix.close()
             group.shutdown()
             if saved != nil { core.saveState() }
-            throw StartError("cannot listen on \(configuration.listen): \(error)")
+            throw StartError("cannot listen on \(activation?.ws != nil ? "the ws socket passed by the service manager" : configuration.listen): \(error)")
         }
         var tlsTCP: TCPListener? = nil
-        if let tlsListen = configuration.tlsListen, let tls {
+        if let tls, configuration.tlsListen != nil || activation?.wss != nil {
             do {
-                tlsTCP = try TCPListener.bind(tlsListen, on: group, clientSpeaksFirst: true) { loop in ClientAcceptor(context: contexts[loop.index], tls: tls, busyAnswers: busyAnswers) }
+                let acceptor: @Sendable (EventLoop) -> any ListenerDelegate = { loop in ClientAcceptor(context: contexts[loop.index], tls: tls, busyAnswers: busyAnswers) }
+                if let fd = activation?.wss {
+                    tlsTCP = try TCPListener.adopt(fd: fd, on: group.loops, clientSpeaksFirst: true, makeDelegate: acceptor)
+                } else if let tlsListen = configuration.tlsListen {
+                    tlsTCP = try TCPListener.bind(tlsListen, on: group, clientSpeaksFirst: true, makeDelegate: acceptor)
+                }
             } catch {
                 tcp.close()
                 unix.close()
                 group.shutdown()
                 if saved != nil { core.saveState() }
-                throw StartError("cannot listen on \(tlsListen): \(error)")
+                throw StartError("cannot listen on \(activation?.wss != nil ? "the wss socket passed by the service manager" : configuration.tlsListen ?? ""): \(error)")
             }
         }
         let address = tcp.address.description
@@ -123,10 +145,10 @@ public final class HubServer: Sendable {
             logger.warn("not notifying the service manager: \(error)")
         }
         let server = HubServer(core: core, group: group, tcp: tcp, tlsTCP: tlsTCP, unix: unix, listenAddress: address,
-                               socketPath: configuration.socketPath, tls: tls, notifier: notifier)
+                               socketPath: unix.path, tls: tls, notifier: notifier, activated: activation != nil)
         let urls = (mainTLS != nil ? "wss://" : "ws://") + "\(address)/ws" + (tlsTCP.map { " and wss://\($0.address)/ws" } ?? "")
         log("hub \(HubVersion.string) listening on \(urls) (\(threads) threads, up to \(maxConnections) connections)"
-            + "; socket \(configuration.socketPath); channels \(configuration.channels.joined(separator: ","))"
+            + "; socket \(unix.path)" + (activation != nil ? " (sockets from the service manager)" : "") + "; channels \(configuration.channels.joined(separator: ","))"
             + "; auth \(authDescription)" + (configuration.echo ? "; /echo enabled" : ""))
         core.logRecoveryStart(restored: saved)
         if let notifier {
@@ -140,7 +162,7 @@ public final class HubServer: Sendable {
     }
 
     private init(core: HubCore, group: EventLoopGroup, tcp: TCPListener, tlsTCP: TCPListener?, unix: UnixListener,
-                 listenAddress: String, socketPath: String, tls: TLSContext?, notifier: ServiceNotifier?) {
+                 listenAddress: String, socketPath: String, tls: TLSContext?, notifier: ServiceNotifier?, activated: Bool) {
         self.core = core
         self.group = group
         self.tcp = tcp
@@ -151,6 +173,7 @@ public final class HubServer: Sendable {
         self.socketPath = socketPath
         self.tls = tls
         self.notifier = notifier
+        self.activated = activated
     }
 
     /// What `STATUS=` says: `12 connections, 3.0 messages/s in, 40.5 messages/s out`.
@@ -276,10 +299,20 @@ public final class HubServer: Sendable {
     public func shutdown() {
         notifierStopped.store(true, ordering: .relaxed)
         notifier?.send("STOPPING=1")
-        core.beginShutdown()
-        tcp.close()
-        tlsTCP?.close()
-        unix.close()
+        if activated {
+            // The manager keeps the listening sockets: once this process stops accepting, new clients and publishers
+            // wait in the kernel's queue for the next one. Publishes on connections already open are still taken
+            // until the loops stop (the state saved after that holds them, and resuming clients get them).
+            tcp.close()
+            tlsTCP?.close()
+            unix.close()
+            core.beginShutdown(keepPublishing: true)
+        } else {
+            core.beginShutdown()
+            tcp.close()
+            tlsTCP?.close()
+            unix.close()
+        }
         for context in core.contexts {
             context.loop.execute {
                 for client in Array(context.clients.values) { client.close(code: .goingAway, reason: "the hub is shutting down") }
