@@ -267,6 +267,12 @@ final class ClientConnection: ConnectionHandler {
             hub.gatherHealthJSON { status, text in
                 loop.execute { me.value?.respondHTTP(HTTPResponse.json(status: status, body: text), headOnly: headOnly) }
             }
+        case "/readyz":
+            // Readiness, not liveness: 503 from the moment shutdown begins, so a load balancer stops sending new
+            // clients while the connected ones are drained (`/healthz` stays 200: the process is alive).
+            guard head.method == "GET" || head.method == "HEAD" else { return respondHTTP(Self.methodNotAllowed()) }
+            let response = hub.isShuttingDown ? Self.drainingResponse : Self.readyResponse
+            respondHTTP(response, headOnly: head.method == "HEAD")
         case "/metrics":
             guard head.method == "GET" || head.method == "HEAD" else { return respondHTTP(Self.methodNotAllowed()) }
             count(as: .none)  // as above: hub_connections_handshaking does not include the scrape itself
@@ -294,6 +300,10 @@ final class ClientConnection: ConnectionHandler {
         }
         return response[...]
     }
+
+    static let readyResponse = HTTPResponse.json(status: 200, body: #"{"status":"ready"}"#)
+    static let drainingResponse = HTTPError(status: 503, code: "SHUTTING_DOWN", message: "the hub is shutting down; connect to another",
+                                            headers: [("Retry-After", "5")]).response()
 
     static let tlsToPlainResponse = HTTPError(status: 400, code: "TLS_NOT_ENABLED",
                                               message: "this port speaks plain HTTP: connect with ws:// (or http://)").response()

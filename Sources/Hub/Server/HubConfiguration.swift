@@ -36,6 +36,8 @@ public struct HubConfiguration: Sendable, Equatable {
     public var maxLineBytes = 1024 * 1024
     public var maxEventBytes = 256 * 1024
     public var shutdownTimeoutSeconds = 5
+    /// How long SIGTERM spreads the clients' 1001 closes over; nil: at `HubServer.drainConnectionsPerSecond`.
+    public var drainDurationSeconds: Int? = nil
     public var historySize = 100
     public var historyTTLSeconds = 600
     public var historyMemoryBytes = 64 << 20
@@ -125,8 +127,12 @@ public struct HubConfiguration: Sendable, Equatable {
               defaultText: { "\($0.maxLineBytes)" }, apply: { c, v throws(ConfigurationError) in c.maxLineBytes = try parseInt(v, "max-line-bytes", 1024...(64 << 20)) }),
         .init(name: "max-event-bytes", kind: .value(placeholder: "BYTES"), help: "largest event frame a publish may produce",
               defaultText: { "\($0.maxEventBytes)" }, apply: { c, v throws(ConfigurationError) in c.maxEventBytes = try parseInt(v, "max-event-bytes", 256...(16 << 20)) }),
-        .init(name: "shutdown-timeout", kind: .value(placeholder: "DURATION"), help: "how long SIGTERM waits for close handshakes",
+        .init(name: "shutdown-timeout", kind: .value(placeholder: "DURATION"), help: "how long SIGTERM waits for close handshakes after the drain",
               defaultText: { "\($0.shutdownTimeoutSeconds)s" }, apply: { c, v throws(ConfigurationError) in c.shutdownTimeoutSeconds = try parseDuration(v, "shutdown-timeout", allowZero: true) }),
+        .init(name: "drain-duration", kind: .value(placeholder: "DURATION"), help: "SIGTERM closes clients with 1001 spread over this (0: all at once; auto: 10000 per 2 s), then waits --shutdown-timeout",
+              defaultText: { _ in "auto" }, apply: { c, v throws(ConfigurationError) in
+                  c.drainDurationSeconds = v == "auto" ? nil : try parseDuration(v, "drain-duration", allowZero: true)
+              }),
         .init(name: "history-size", kind: .value(placeholder: "N"), help: "events kept per stream for clients that resume (0: none)",
               defaultText: { "\($0.historySize)" }, apply: { c, v throws(ConfigurationError) in c.historySize = try parseInt(v, "history-size", 0...1_000_000) }),
         .init(name: "history-ttl", kind: .value(placeholder: "DURATION"), help: "how long events are kept; a stream silent this long is forgotten",

@@ -294,8 +294,13 @@ public final class HubServer: Sendable {
         }
     }
 
-    /// Graceful shutdown: stop accepting, close every client with 1001, wait up to `--shutdown-timeout` for the
-    /// close handshakes, remove the Unix socket, stop the loops.
+    /// Graceful shutdown: `/readyz` answers 503 at once, every client is closed with 1001, spread over
+    /// `--drain-duration` (a load balancer's other hubs take the reconnects at a rate they can absorb), then up to
+    /// `--shutdown-timeout` for the close handshakes; the Unix socket is removed and the loops stop.
+    ///
+    /// Without socket activation the listeners stay open during the drain, so probes see `/readyz` 503 and new clients
+    /// get 503 with `Retry-After`; under activation the hub stops accepting first and new connections wait in the
+    /// kernel's queue for the next process.
     public func shutdown() {
         notifierStopped.store(true, ordering: .relaxed)
         notifier?.send("STOPPING=1")
@@ -309,14 +314,12 @@ public final class HubServer: Sendable {
             core.beginShutdown(keepPublishing: true)
         } else {
             core.beginShutdown()
+        }
+        drainClients()
+        if !activated {
             tcp.close()
             tlsTCP?.close()
             unix.close()
-        }
-        for context in core.contexts {
-            context.loop.execute {
-                for client in Array(context.clients.values) { client.close(code: .goingAway, reason: "the hub is shutting down") }
-            }
         }
         let deadline = monotonicNanos() + UInt64(core.configuration.shutdownTimeoutSeconds) * 1_000_000_000
         while core.clientCount > 0 && monotonicNanos() < deadline {
@@ -331,8 +334,51 @@ public final class HubServer: Sendable {
         core.log("hub stopped")
     }
 
+    /// The default drain rate: 10 000 connections per 2 s (what Phoenix drains at), so a deploy does not send every
+    /// client to the other hubs at once.
+    public static let drainConnectionsPerSecond = 5_000.0
+
+    /// Closes every client with 1001 over `--drain-duration` (default: at `drainConnectionsPerSecond`): in steps 50 ms
+    /// apart, each loop closes its share of its own clients, so the closes are spread evenly in time.
+    private func drainClients() {
+        let contexts = core.contexts
+        let seconds = core.configuration.drainDurationSeconds.map(Double.init)
+            ?? Double(core.clientCount) / Self.drainConnectionsPerSecond
+        let steps = max(1, Int((seconds * 20).rounded(.up)))
+        if steps > 1 { core.log("shutdown: draining \(core.clientCount) connections over \(seconds)s") }
+        let queues = contexts.map { _ in LoopOwned(DrainQueue()) }
+        for (context, queue) in zip(contexts, queues) {
+            context.loop.execute { queue.value.pending = Array(context.clients.values) }
+        }
+        let start = monotonicNanos()
+        for step in 1...steps {
+            for (context, queue) in zip(contexts, queues) {
+                context.loop.execute { queue.value.close(step: step, of: steps) }
+            }
+            guard step < steps else { break }
+            let next = start + UInt64(seconds * 1e9 * Double(step) / Double(steps))
+            while monotonicNanos() < next { usleep(UInt32(min(50_000, max(1, (next &- monotonicNanos()) / 1000)))) }
+        }
+    }
+
     /// Current client connections (all phases), for tests and embedding.
     public var clientCount: Int { core.clientCount }
+}
+
+/// One loop's clients at the start of a drain, closed in order a share at a time. Touched only on its loop.
+final class DrainQueue {
+    var pending: [ClientConnection] = []
+    private var closed = 0
+
+    /// Closes clients until `step` of `steps` shares of them are closed (the last step closes the rest).
+    func close(step: Int, of steps: Int) {
+        let target = step >= steps ? pending.count : (pending.count * step + steps - 1) / steps
+        while closed < min(target, pending.count) {
+            pending[closed].close(code: .goingAway, reason: "the hub is shutting down")
+            closed += 1
+        }
+        if step >= steps { pending = [] }
+    }
 }
 
 /// Accepts client connections on one loop.
