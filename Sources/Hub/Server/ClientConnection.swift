@@ -164,7 +164,7 @@ final class ClientConnection: ConnectionHandler {
     init(context: LoopContext, serial: Int) {
         self.context = context
         self.serial = serial
-        limiter = RateLimiter(context.hub.rateLimit, now: context.loop.timers.nowNanos)
+        limiter = RateLimiter(context.rateLimit, now: context.loop.timers.nowNanos)
     }
 
     /// The loop iteration's time (read once after `epoll_wait`): what deadlines and the rate limiter count from.
@@ -335,7 +335,7 @@ final class ClientConnection: ConnectionHandler {
                                          headers: [("Retry-After", "5")]).response())
         }
         let origins = head.headers.values("Origin")
-        guard origins.count <= 1, hub.configuration.allowedOrigins.allows(origins.first) else {
+        guard origins.count <= 1, context.allowedOrigins.allows(origins.first) else {
             return respondHTTP(HTTPError(status: 403, code: "FORBIDDEN",
                                          message: "origin \(origins.first.map { "\"\(Self.clip($0))\"" } ?? "") is not allowed (--allowed-origins)").response())
         }
@@ -516,14 +516,14 @@ final class ClientConnection: ConnectionHandler {
     }
 
     private func handleText(_ payload: UnsafeRawBufferPointer) {
-        switch limiter.consume(now: now, hub.rateLimit) {
+        switch limiter.consume(now: now, context.rateLimit) {
         case .allowed:
             break
         case .limited(let retryAfter):
             context.counters.rateLimited += 1
             let id = try? ClientMessage.parse(payload).id
             return reply { w in
-                ClientReplies.error(code: "RATE_LIMITED", message: "more than \(hub.configuration.rateLimitPerMinute) messages per minute",
+                ClientReplies.error(code: "RATE_LIMITED", message: "more than \(context.rateLimitPerMinute) messages per minute",
                                     details: .retryAfter(retryAfter), id: id ?? nil, into: &w)
             }
         case .abusive:
@@ -614,7 +614,7 @@ final class ClientConnection: ConnectionHandler {
                 request.resumes.append(position)
                 request.knownEpoch.append(epochs != nil)
             }
-            let max = configuration.recoveryMax
+            let max = context.recoveryMax
             reads.append(StreamRead(stream: StreamKey(channel: index, account: account), follow: follow,
                                     resume: epochs.map { ResumePoint(epoch: $0.account, seq: position?.seq ?? 0) }, limit: max,
                                     loop: context.loop.index))

@@ -53,6 +53,8 @@ public struct HubConfiguration: Sendable, Equatable {
     public var logFormat: LogFormat? = nil
     public var logLevel = LogLevel.info
     public var logAccounts = AccountLogging.omit
+    /// The configuration file the values came from (`--config`, `HUB_CONFIG`), re-read on SIGHUP.
+    public var configFile: String? = nil
 
     public init() {}
 
@@ -175,11 +177,64 @@ public struct HubConfiguration: Sendable, Equatable {
         case run(HubConfiguration)
         case help(String)
         case version
+        /// `hub check-config [FILE] [options]`: the configuration is valid; print it.
+        case checkConfig(HubConfiguration)
+        /// `hub default-config`: print this.
+        case defaultConfig(String)
     }
 
-    /// Reads `HUB_…` variables first, then the flags (`--name value`, `--name=value`, and `--echo` style booleans).
+    /// Reads the config file (`--config`, else `HUB_CONFIG`), then `HUB_…` variables, then the flags (`--name value`,
+    /// `--name=value`, and `--echo` style booleans): a flag wins over its variable, a variable over the file.
+    /// `check-config [FILE]` and `default-config` as the first argument are the subcommands.
     public static func parse(arguments: [String], environment: [String: String]) throws(ConfigurationError) -> ParseOutcome {
+        var arguments = arguments
+        var checking = false
+        var file: String? = nil
+        switch arguments.first {
+        case "default-config":
+            guard arguments.count == 1 else { throw ConfigurationError(message: "default-config takes no arguments") }
+            return .defaultConfig(defaultConfigText())
+        case "check-config":
+            checking = true
+            arguments.removeFirst()
+            if let first = arguments.first, !first.hasPrefix("-") {
+                file = first
+                arguments.removeFirst()
+            }
+        default:
+            break
+        }
         var config = HubConfiguration()
+        if !arguments.contains(where: { ["--help", "-h", "--version"].contains($0) }) {
+            if file == nil { file = try configFlag(in: arguments) }
+            if file == nil, let variable = environment["HUB_CONFIG"] {
+                guard !variable.isEmpty else { throw ConfigurationError(message: "HUB_CONFIG is set but empty") }
+                file = variable
+            }
+            if let file { try applyFile(at: file, to: &config) }
+        }
+        let outcome = try parse(arguments: arguments, environment: environment, over: config)
+        if checking, case .run(let checked) = outcome { return .checkConfig(checked) }
+        return outcome
+    }
+
+    /// The value of `--config FILE` / `--config=FILE`, if given.
+    static func configFlag(in arguments: [String]) throws(ConfigurationError) -> String? {
+        var found: String? = nil
+        for (i, argument) in arguments.enumerated() {
+            if argument == "--config" {
+                guard i + 1 < arguments.count else { throw ConfigurationError(message: "--config needs a value") }
+                found = arguments[i + 1]
+            } else if argument.hasPrefix("--config=") {
+                found = String(argument.dropFirst("--config=".count))
+            }
+        }
+        if found == "" { throw ConfigurationError(message: "--config: config must not be empty") }
+        return found
+    }
+
+    static func parse(arguments: [String], environment: [String: String], over file: HubConfiguration) throws(ConfigurationError) -> ParseOutcome {
+        var config = file
         if let secret = environment["HUB_JWT_SECRET"] {
             let trimmed = secret.trimmingCharacters(in: .whitespacesAndNewlines)
             guard !trimmed.isEmpty else { throw ConfigurationError(message: "HUB_JWT_SECRET is set but empty") }
@@ -206,6 +261,10 @@ public struct HubConfiguration: Sendable, Equatable {
             if let eq = name.firstIndex(of: "=") {
                 inlineValue = String(name[name.index(after: eq)...])
                 name = String(name[..<eq])
+            }
+            if name == "config" {
+                if inlineValue == nil { index += 1 }  // read before everything else (configFlag)
+                continue
             }
             guard let option = options.first(where: { $0.name == name }) else {
                 throw ConfigurationError(message: "unknown option --\(name) (see hub --help)")
@@ -245,11 +304,16 @@ public struct HubConfiguration: Sendable, Equatable {
             "hub \(HubVersion.string): realtime WebSocket event hub",
             "",
             "Usage: hub [options]",
+            "       hub check-config [FILE] [options]   validate, print the effective configuration (secrets masked)",
+            "       hub default-config                  print a commented configuration file to start from",
             "",
             "Clients connect to ws://HOST:PORT/ws with a bearer JWT; the backend publishes on the Unix socket.",
-            "Every option can also be set with the environment variable shown.",
+            "Every option can also be set with the environment variable shown, or in the config file under its name",
+            "(a flag wins over its variable, a variable over the file).",
             "",
             "Options:",
+            "  --config FILE                 a JSON configuration file, one key per option (docs/OPERATIONS.md)",
+            "                                [HUB_CONFIG; default: none]",
         ]
         for option in options {
             let left: String

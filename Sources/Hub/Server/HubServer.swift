@@ -28,6 +28,12 @@ public final class HubServer: Sendable {
     let notifier: ServiceNotifier?
     /// The listening sockets came from the service manager, which keeps them open across restarts.
     let activated: Bool
+    /// Reads the configuration again for SIGHUP.
+    private let reloader: (@Sendable () throws(HubConfiguration.ConfigurationError) -> HubConfiguration)?
+    /// The configuration in force: the start's, with what SIGHUPs reloaded since.
+    private let live: Mutex<HubConfiguration>
+    /// The options a SIGHUP applies to a running hub; any other change waits for a restart.
+    static let reloadableOptions: Set<String> = ["tls-cert", "tls-key", "allowed-origins", "rate-limit", "recovery-max", "log-level"]
     /// Set when shutdown begins: the notifier's thread stops.
     private let notifierStopped = Atomic<Bool>(false)
 
@@ -40,7 +46,10 @@ public final class HubServer: Sendable {
     /// `start(configuration:log:)` with the hub's logger (levels, fields, `--log-format`).
     /// - Parameter activation: listening sockets passed by the service manager (`SocketActivation.take()`), served
     ///   instead of binding `--listen`, `--tls-listen` and `--socket`.
-    public static func start(configuration: HubConfiguration, logger: HubLogger, activation: SocketActivation? = nil) throws -> HubServer {
+    /// - Parameter reload: reads the configuration again (file, environment, flags) for SIGHUP; nil: SIGHUP reloads
+    ///   the TLS certificate only.
+    public static func start(configuration: HubConfiguration, logger: HubLogger, activation: SocketActivation? = nil,
+                             reload: (@Sendable () throws(HubConfiguration.ConfigurationError) -> HubConfiguration)? = nil) throws -> HubServer {
         let log = logger.lines
         if activation?.wss != nil && configuration.tlsCertificateFile == nil {
             throw StartError("the service manager passed a socket named wss, but no --tls-cert and --tls-key are configured")
@@ -145,7 +154,8 @@ public final class HubServer: Sendable {
             logger.warn("not notifying the service manager: \(error)")
         }
         let server = HubServer(core: core, group: group, tcp: tcp, tlsTCP: tlsTCP, unix: unix, listenAddress: address,
-                               socketPath: unix.path, tls: tls, notifier: notifier, activated: activation != nil)
+                               socketPath: unix.path, tls: tls, notifier: notifier, activated: activation != nil,
+                               reload: reload)
         let urls = (mainTLS != nil ? "wss://" : "ws://") + "\(address)/ws" + (tlsTCP.map { " and wss://\($0.address)/ws" } ?? "")
         log("hub \(HubVersion.string) listening on \(urls) (\(threads) threads, up to \(maxConnections) connections)"
             + "; socket \(unix.path)" + (activation != nil ? " (sockets from the service manager)" : "") + "; channels \(configuration.channels.joined(separator: ","))"
@@ -162,7 +172,8 @@ public final class HubServer: Sendable {
     }
 
     private init(core: HubCore, group: EventLoopGroup, tcp: TCPListener, tlsTCP: TCPListener?, unix: UnixListener,
-                 listenAddress: String, socketPath: String, tls: TLSContext?, notifier: ServiceNotifier?, activated: Bool) {
+                 listenAddress: String, socketPath: String, tls: TLSContext?, notifier: ServiceNotifier?, activated: Bool,
+                 reload: (@Sendable () throws(HubConfiguration.ConfigurationError) -> HubConfiguration)?) {
         self.core = core
         self.group = group
         self.tcp = tcp
@@ -174,6 +185,8 @@ public final class HubServer: Sendable {
         self.tls = tls
         self.notifier = notifier
         self.activated = activated
+        reloader = reload
+        live = Mutex(core.configuration)
     }
 
     /// What `STATUS=` says: `12 connections, 3.0 messages/s in, 40.5 messages/s out`.
@@ -238,7 +251,8 @@ public final class HubServer: Sendable {
     /// - Returns: a line for the log.
     @discardableResult
     public func reloadTLS() -> String {
-        guard let tls, let cert = core.configuration.tlsCertificateFile, let key = core.configuration.tlsKeyFile else {
+        let (cert, key) = live.withLock { ($0.tlsCertificateFile, $0.tlsKeyFile) }
+        guard let tls, let cert, let key else {
             return "nothing to reload (no TLS certificate is configured); still serving"
         }
         do {
@@ -249,6 +263,57 @@ public final class HubServer: Sendable {
         } catch {
             return "TLS reload failed, keeping the previous certificate: \(error)"
         }
+    }
+
+    /// SIGHUP: reads the configuration again and applies what can change while clients stay connected (the TLS
+    /// certificate and key, allowed origins, rate limit, recovery maximum, log level); every other change is refused
+    /// with a line saying it needs a restart, and the hub keeps the running value. An invalid configuration changes
+    /// nothing. Then the certificate is reloaded from its (possibly new) files.
+    /// - Returns: the lines for the log.
+    func reload() -> [String] {
+        var lines: [String] = []
+        let current = live.withLock { $0 }
+        if let reloader {
+            do {
+                let fresh = try reloader()
+                var next = current
+                var applied: [String] = [], refused: [String] = []
+                for option in HubConfiguration.options {
+                    let before = HubConfiguration.fileValue(option.name, current), after = HubConfiguration.fileValue(option.name, fresh)
+                    guard before != after else { continue }
+                    if Self.reloadableOptions.contains(option.name) && (tls != nil || !option.name.hasPrefix("tls-")) {
+                        applied.append(option.name)
+                    } else {
+                        refused.append(option.name)
+                    }
+                }
+                if applied.contains("tls-cert") || applied.contains("tls-key") {
+                    next.tlsCertificateFile = fresh.tlsCertificateFile
+                    next.tlsKeyFile = fresh.tlsKeyFile
+                }
+                next.allowedOrigins = fresh.allowedOrigins
+                next.rateLimitPerMinute = fresh.rateLimitPerMinute
+                next.recoveryMax = fresh.recoveryMax
+                next.logLevel = fresh.logLevel
+                live.withLock { $0 = next }
+                core.logger.setLevel(next.logLevel)
+                let settings = ReloadableSettings(next)
+                for context in core.contexts { context.loop.execute { context.reloaded = settings } }
+                for name in refused {
+                    lines.append("received SIGHUP: \(name) changed, which needs a restart; keeping the running value")
+                }
+                let source = fresh.configFile.map { " from \($0)" } ?? ""
+                if !applied.isEmpty {
+                    lines.append("received SIGHUP: reloaded the configuration\(source): \(applied.joined(separator: ", "))")
+                } else if fresh.configFile != nil {
+                    lines.append("received SIGHUP: reloaded the configuration\(source): nothing that applies while running changed")
+                }
+            } catch {
+                lines.append("received SIGHUP: the configuration is not valid, keeping the running one: \(error.message)")
+            }
+        }
+        lines.append("received SIGHUP: " + reloadTLS())
+        return lines
     }
 
     struct StartError: Error, CustomStringConvertible {
