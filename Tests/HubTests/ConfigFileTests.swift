@@ -153,3 +153,25 @@ import Testing
         #expect(try origin("https://b.example") == 101)
     }
 }
+
+/// The files the Debian package ships: its config parses as the defaults plus the machine-wide paths.
+@Suite struct PackagingFileTests {
+    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+    @Test func thePackagedConfigIsValidAndPointsAtTheServicePaths() throws {
+        let path = Self.root.appendingPathComponent("packaging/hub.json").path
+        guard case .run(let c) = try HubConfiguration.parse(arguments: ["--config", path], environment: [:]) else {
+            Issue.record("not a run"); return
+        }
+        #expect(c.socketPath == "/run/hub/hub.sock" && c.stateDirectory == "/var/lib/hub" && c.listen == "127.0.0.1:8080")
+        #expect(c.drainDurationSeconds == nil && c.logAccounts == .omit)
+        // The socket unit's Unix socket is the one hubctl is told about.
+        let socketUnit = try String(contentsOfFile: Self.root.appendingPathComponent("packaging/hub.socket").path, encoding: .utf8)
+        #expect(socketUnit.contains("ListenStream=/run/hub/hub.sock") && socketUnit.contains("ListenStream=127.0.0.1:8080"))
+        let service = try String(contentsOfFile: Self.root.appendingPathComponent("packaging/hub.service").path, encoding: .utf8)
+        for line in ["Type=notify", "NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes",
+                     "LimitNOFILE=1048576", "StateDirectory=hub", "RuntimeDirectory=hub", "ExecReload=/bin/kill -HUP $MAINPID"] {
+            #expect(service.split(separator: "\n").contains { $0 == line }, "hub.service lacks \(line)")
+        }
+    }
+}
