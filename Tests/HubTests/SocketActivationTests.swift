@@ -11,20 +11,19 @@ final class SocketHolder: @unchecked Sendable {
     let directory: String
     let socketPath: String
     let stateDirectory: String
-    private(set) var port = 0
-    /// The held sockets, at descriptors well above 3 and 4 (close-on-exec: only the dup2'ed copies reach a hub).
+    let port: Int
+    /// The held sockets, at descriptors well above 3, 4 and 5 (close-on-exec: only the dup2'ed copies reach a hub).
     private let tcpFD: Int32
     private let unixFD: Int32
+    /// A second TCP socket, for a `wss` listener (passed as descriptor 5 when `start` names three).
+    private let wssFD: Int32
+    private(set) var wssPort = 0
     private(set) var pid: pid_t = 0
     private var runs = 0
     let secret = Array("socket-activation-test-secret-0123456789".utf8)
 
-    init() throws {
-        directory = NSTemporaryDirectory() + "hubtest-" + UUID().uuidString.prefix(8)
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        socketPath = directory + "/hub.sock"
-        stateDirectory = directory + "/state"
-
+    /// A listening TCP socket on 127.0.0.1 (any port), moved above 500; the descriptor and its port.
+    static func tcpListener() throws -> (fd: Int32, port: Int) {
         let tcp = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var one: Int32 = 1
         setsockopt(tcp, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
@@ -35,7 +34,19 @@ final class SocketHolder: @unchecked Sendable {
         guard bound == 0, listen(tcp, 1024) == 0 else { throw HubTestError("tcp bind/listen: errno \(errno)") }
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
         _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(tcp, $0, &length) } }
-        port = Int(UInt16(bigEndian: address.sin_port))
+        let high = fcntl(tcp, F_DUPFD_CLOEXEC, 500)
+        close(tcp)
+        guard high >= 500 else { throw HubTestError("dup: errno \(errno)") }
+        return (high, Int(UInt16(bigEndian: address.sin_port)))
+    }
+
+    init() throws {
+        directory = NSTemporaryDirectory() + "hubtest-" + UUID().uuidString.prefix(8)
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        socketPath = directory + "/hub.sock"
+        stateDirectory = directory + "/state"
+        (tcpFD, port) = try Self.tcpListener()
+        (wssFD, wssPort) = try Self.tcpListener()
 
         let unix = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
         var sun = sockaddr_un()
@@ -44,18 +55,16 @@ final class SocketHolder: @unchecked Sendable {
         withUnsafeMutableBytes(of: &sun.sun_path) { $0.copyBytes(from: path) }
         let unixBound = withUnsafePointer(to: &sun) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(unix, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
         guard unixBound == 0, listen(unix, 1024) == 0 else { throw HubTestError("unix bind/listen: errno \(errno)") }
-
-        tcpFD = fcntl(tcp, F_DUPFD_CLOEXEC, 500)
         unixFD = fcntl(unix, F_DUPFD_CLOEXEC, 500)
-        close(tcp)
         close(unix)
-        guard tcpFD >= 500, unixFD >= 500 else { throw HubTestError("dup: errno \(errno)") }
+        guard unixFD >= 500 else { throw HubTestError("dup: errno \(errno)") }
     }
 
     deinit {
         stop()
         close(tcpFD)
         close(unixFD)
+        close(wssFD)
         try? FileManager.default.removeItem(atPath: directory)
     }
 
@@ -70,7 +79,8 @@ final class SocketHolder: @unchecked Sendable {
                          "--listen", "127.0.0.1:1", "--socket", directory + "/unused.sock", "--state-dir", stateDirectory,
                          "--threads", "2", "--shutdown-timeout", "2s", "--history-size", "1000", "--recovery-max", "1000"] + extra
         var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("HUB_") && !$0.key.hasPrefix("LISTEN_") }
-        environment["LISTEN_FDS"] = "2"
+        let count = names.split(separator: ":", omittingEmptySubsequences: false).count
+        environment["LISTEN_FDS"] = String(count)
         environment["LISTEN_FDNAMES"] = names
         environment["HUB_LOG_FORMAT"] = "text"
         environment["HUB_JWT_SECRET"] = String(decoding: secret, as: UTF8.self)
@@ -81,6 +91,7 @@ final class SocketHolder: @unchecked Sendable {
         posix_spawn_file_actions_addopen(&actions, 2, log, O_WRONLY | O_CREAT | O_APPEND, 0o600)
         posix_spawn_file_actions_adddup2(&actions, tcpFD, 3)
         posix_spawn_file_actions_adddup2(&actions, unixFD, 4)
+        if count > 2 { posix_spawn_file_actions_adddup2(&actions, wssFD, 5) }
         let cArguments = arguments.map { strdup($0) } + [nil]
         let cEnvironment = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
         defer { (cArguments + cEnvironment).forEach { free($0) } }
@@ -167,6 +178,21 @@ final class SocketHolder: @unchecked Sendable {
         _ = try? ws.completeClose()
         #expect(holder.stop() == 0)
         #expect(access(holder.socketPath, F_OK) == 0, "the hub removed the manager's socket file")
+    }
+
+    /// A third socket named wss becomes the TLS listener: TLS there, plain HTTP on ws.
+    @Test func aWSSSocketServesTLS() throws {
+        let holder = try SocketHolder()
+        let ca = try TestCA()
+        let (cert, key) = try ca.issue("server", organization: "one")
+        try holder.start(names: "ws:publish:wss", extra: ["--tls-cert", cert, "--tls-key", key])
+        #expect(holder.log.contains("listening on ws://127.0.0.1:\(holder.port)/ws and wss://127.0.0.1:\(holder.wssPort)/ws"), "\(holder.log)")
+        let secure = try TestTLSClient(port: holder.wssPort, caFile: ca.caFile)
+        try secure.write("GET /readyz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        let answer = String(decoding: secure.read(), as: UTF8.self)
+        #expect(answer.hasPrefix("HTTP/1.1 200") && answer.contains(#"{"status":"ready"}"#), "\(answer)")
+        #expect(try IntegrationDrainTests.get(holder.port, "/readyz").status == 200)
+        #expect(holder.stop() == 0)
     }
 
     @Test func aWSSSocketWithoutACertificateIsAClearError() throws {
