@@ -53,6 +53,36 @@ public final class TCPListener: Sendable {
                             makeDelegate: @escaping @Sendable (EventLoop) -> any ListenerDelegate) throws -> TCPListener {
         precondition(!loops.isEmpty)
         let fd = try openListeningSocket(address, backlog: backlog, deferAccept: clientSpeaksFirst)
+        return try serve(fd, on: loops, makeDelegate: makeDelegate)
+    }
+
+    /// Serves a listening socket someone else bound (socket activation: the service manager keeps its own copy, so
+    /// connections queue in the kernel while no hub accepts). Takes `fd` over: it is closed when this throws or
+    /// when the listener closes; the manager's copy stays open.
+    public static func adopt(fd: Int32, on loops: [EventLoop], clientSpeaksFirst: Bool = false,
+                             makeDelegate: @escaping @Sendable (EventLoop) -> any ListenerDelegate) throws -> TCPListener {
+        precondition(!loops.isEmpty)
+        do {
+            let flags = try syscallBlocking("fcntl") { fcntl(fd, F_GETFL) }
+            _ = try syscallBlocking("fcntl") { fcntl(fd, F_SETFL, flags | O_NONBLOCK) }
+            _ = try syscallBlocking("fcntl") { fcntl(fd, F_SETFD, FD_CLOEXEC) }
+            try Socket.setFlag(fd, Int32(IPPROTO_TCP), TCP_NODELAY)
+            if clientSpeaksFirst {
+                var seconds = deferSeconds
+                _ = try syscallBlocking("setsockopt") {
+                    setsockopt(fd, Int32(IPPROTO_TCP), TCP_DEFER_ACCEPT, &seconds, socklen_t(MemoryLayout<Int32>.size))
+                }
+            }
+        } catch {
+            closeFD(fd)
+            throw error
+        }
+        return try serve(fd, on: loops, makeDelegate: makeDelegate)
+    }
+
+    /// Registers the listening `fd` on every loop; closes it when that fails.
+    private static func serve(_ fd: Int32, on loops: [EventLoop],
+                              makeDelegate: @escaping @Sendable (EventLoop) -> any ListenerDelegate) throws -> TCPListener {
         let bound: SocketAddress
         do {
             bound = try localAddress(fd)

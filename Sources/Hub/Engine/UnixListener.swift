@@ -15,13 +15,44 @@ public final class UnixListener: Sendable {
     private let fd: Int32
     private let device: UInt64
     private let inode: UInt64
+    /// False for an adopted socket: its path belongs to whoever bound it, and is never unlinked here.
+    private let ownsPath: Bool
 
-    private init(path: String, loop: EventLoop, fd: Int32, device: UInt64, inode: UInt64) {
+    private init(path: String, loop: EventLoop, fd: Int32, device: UInt64, inode: UInt64, ownsPath: Bool = true) {
         self.path = path
         self.loop = loop
         self.fd = fd
         self.device = device
         self.inode = inode
+        self.ownsPath = ownsPath
+    }
+
+    /// Serves a listening Unix socket someone else bound (socket activation). Takes `fd` over (closed when this
+    /// throws or on `close()`); the path is the socket's own (`getsockname`), and is left in place on `close()`.
+    public static func adopt(fd: Int32, on loop: EventLoop,
+                             makeDelegate: @escaping @Sendable (EventLoop) -> any ListenerDelegate) throws -> UnixListener {
+        var address = sockaddr_un()
+        var length = socklen_t(MemoryLayout<sockaddr_un>.size)
+        do {
+            _ = try syscallBlocking("getsockname") {
+                withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
+            }
+            let flags = try syscallBlocking("fcntl") { fcntl(fd, F_GETFL) }
+            _ = try syscallBlocking("fcntl") { fcntl(fd, F_SETFL, flags | O_NONBLOCK) }
+            _ = try syscallBlocking("fcntl") { fcntl(fd, F_SETFD, FD_CLOEXEC) }
+            try loop.submitAndWait { _ = try Listener(fd: fd, loop: loop, isTCP: false, delegate: makeDelegate(loop)) }
+        } catch {
+            closeFD(fd)
+            throw error
+        }
+        // The path up to its NUL (an abstract address starts with one: shown as @name).
+        let path = withUnsafeBytes(of: &address.sun_path) { raw -> String in
+            let used = max(0, min(raw.count, Int(length) - MemoryLayout<sa_family_t>.size))
+            let bytes = Array(raw.prefix(used))
+            if bytes.first == 0 { return "@" + String(decoding: bytes.dropFirst(), as: UTF8.self) }
+            return String(decoding: bytes.prefix { $0 != 0 }, as: UTF8.self)
+        }
+        return UnixListener(path: path, loop: loop, fd: fd, device: 0, inode: 0, ownsPath: false)
     }
 
     /// Binds `path` with `mode` and starts accepting on `loop`. Call from outside the loop.
@@ -106,6 +137,6 @@ public final class UnixListener: Sendable {
         let fd = self.fd
         let loop = self.loop
         _ = try? loop.submitAndWait { (loop.registered(fd: fd) as? Listener)?.close() }
-        UnixListener.unlinkIfOurs(path: path, device: device, inode: inode, requireMatch: true)
+        UnixListener.unlinkIfOurs(path: path, device: device, inode: inode, requireMatch: ownsPath)
     }
 }

@@ -164,7 +164,7 @@ final class ClientConnection: ConnectionHandler {
     init(context: LoopContext, serial: Int) {
         self.context = context
         self.serial = serial
-        limiter = RateLimiter(context.hub.rateLimit, now: context.loop.timers.nowNanos)
+        limiter = RateLimiter(context.rateLimit, now: context.loop.timers.nowNanos)
     }
 
     /// The loop iteration's time (read once after `epoll_wait`): what deadlines and the rate limiter count from.
@@ -195,6 +195,7 @@ final class ClientConnection: ConnectionHandler {
     }
 
     func connectionClosed(_ connection: Connection, reason: CloseReason) {
+        if hub.logger.enabled(.debug) { logDebug("connection closed", connection: connection, code: nil) }
         count(as: .none)
         unsubscribeAll()
         if countedForAccount {
@@ -266,6 +267,12 @@ final class ClientConnection: ConnectionHandler {
             hub.gatherHealthJSON { status, text in
                 loop.execute { me.value?.respondHTTP(HTTPResponse.json(status: status, body: text), headOnly: headOnly) }
             }
+        case "/readyz":
+            // Readiness, not liveness: 503 from the moment shutdown begins, so a load balancer stops sending new
+            // clients while the connected ones are drained (`/healthz` stays 200: the process is alive).
+            guard head.method == "GET" || head.method == "HEAD" else { return respondHTTP(Self.methodNotAllowed()) }
+            let response = hub.isShuttingDown ? Self.drainingResponse : Self.readyResponse
+            respondHTTP(response, headOnly: head.method == "HEAD")
         case "/metrics":
             guard head.method == "GET" || head.method == "HEAD" else { return respondHTTP(Self.methodNotAllowed()) }
             count(as: .none)  // as above: hub_connections_handshaking does not include the scrape itself
@@ -293,6 +300,10 @@ final class ClientConnection: ConnectionHandler {
         }
         return response[...]
     }
+
+    static let readyResponse = HTTPResponse.json(status: 200, body: #"{"status":"ready"}"#)
+    static let drainingResponse = HTTPError(status: 503, code: "SHUTTING_DOWN", message: "the hub is shutting down; connect to another",
+                                            headers: [("Retry-After", "5")]).response()
 
     static let tlsToPlainResponse = HTTPError(status: 400, code: "TLS_NOT_ENABLED",
                                               message: "this port speaks plain HTTP: connect with ws:// (or http://)").response()
@@ -324,7 +335,7 @@ final class ClientConnection: ConnectionHandler {
                                          headers: [("Retry-After", "5")]).response())
         }
         let origins = head.headers.values("Origin")
-        guard origins.count <= 1, hub.configuration.allowedOrigins.allows(origins.first) else {
+        guard origins.count <= 1, context.allowedOrigins.allows(origins.first) else {
             return respondHTTP(HTTPError(status: 403, code: "FORBIDDEN",
                                          message: "origin \(origins.first.map { "\"\(Self.clip($0))\"" } ?? "") is not allowed (--allowed-origins)").response())
         }
@@ -393,6 +404,7 @@ final class ClientConnection: ConnectionHandler {
     }
 
     private func refuse(_ failure: AuthFailure) {
+        logRefusedToken(failure)
         context.counters.authFailures[failure.reason.rawValue, default: 0] += 1
         respondHTTP(HTTPResponse.json(status: 401, body: failure.httpBody(),
                                       headers: [("WWW-Authenticate", "Bearer error=\"invalid_token\"")]))
@@ -504,14 +516,14 @@ final class ClientConnection: ConnectionHandler {
     }
 
     private func handleText(_ payload: UnsafeRawBufferPointer) {
-        switch limiter.consume(now: now, hub.rateLimit) {
+        switch limiter.consume(now: now, context.rateLimit) {
         case .allowed:
             break
         case .limited(let retryAfter):
             context.counters.rateLimited += 1
             let id = try? ClientMessage.parse(payload).id
             return reply { w in
-                ClientReplies.error(code: "RATE_LIMITED", message: "more than \(hub.configuration.rateLimitPerMinute) messages per minute",
+                ClientReplies.error(code: "RATE_LIMITED", message: "more than \(context.rateLimitPerMinute) messages per minute",
                                     details: .retryAfter(retryAfter), id: id ?? nil, into: &w)
             }
         case .abusive:
@@ -602,7 +614,7 @@ final class ClientConnection: ConnectionHandler {
                 request.resumes.append(position)
                 request.knownEpoch.append(epochs != nil)
             }
-            let max = configuration.recoveryMax
+            let max = context.recoveryMax
             reads.append(StreamRead(stream: StreamKey(channel: index, account: account), follow: follow,
                                     resume: epochs.map { ResumePoint(epoch: $0.account, seq: position?.seq ?? 0) }, limit: max,
                                     loop: context.loop.index))
@@ -783,6 +795,7 @@ final class ClientConnection: ConnectionHandler {
     private func authenticateFirst(_ token: String, platform: String?, appVersion: String?, id: RawJSON?) {
         switch hub.verifier.verify(token, now: Int64(time(nil))) {
         case .failure(let failure):
+            logRefusedToken(failure)
             context.counters.authFailures[failure.reason.rawValue, default: 0] += 1
             reply { w in ClientReplies.error(code: failure.code, message: failure.message, details: nil, id: id, into: &w) }
             close(code: failure.reason == .expired ? CloseCode(4001) : Self.unauthorizedClose, reason: failure.code)
@@ -806,6 +819,21 @@ final class ClientConnection: ConnectionHandler {
         }
     }
 
+    /// A debug line about this connection: its id, peer, the close `code` if any, and its account (`--log-accounts`).
+    /// The code is logged when the frame goes out, not kept for the teardown line: the object has no byte to spare.
+    private func logDebug(_ message: String, connection: Connection, code: CloseCode?) {
+        var fields: [LogField] = [.conn(id), .remote(connection.peer)]
+        if let code { fields.append(.code(Int(code.rawValue))) }
+        if countedForAccount, let field = hub.logger.accountField(account.string) { fields.append(field) }
+        hub.logger.debug(message, fields)
+    }
+
+    /// A debug line for a refused token: why (the reason code), never the token or any part of it.
+    private func logRefusedToken(_ failure: AuthFailure) {
+        guard hub.logger.enabled(.debug) else { return }
+        hub.logger.debug("token refused", [.conn(id), .remote(connection?.peer ?? "?"), .reason(failure.reason.rawValue)])
+    }
+
     /// Why an account at `--max-connections-per-account` is refused (the upgrade's 429, first-message auth's 4029).
     private var accountLimitMessage: String {
         "this account already has \(hub.configuration.maxConnectionsPerAccount) open connections (--max-connections-per-account)"
@@ -814,6 +842,7 @@ final class ClientConnection: ConnectionHandler {
     private func refreshToken(_ token: String, id: RawJSON?) {
         switch hub.verifier.verify(token, now: Int64(time(nil))) {
         case .failure(let failure):
+            logRefusedToken(failure)
             context.counters.authFailures[failure.reason.rawValue, default: 0] += 1
             reply { w in ClientReplies.error(code: failure.code, message: failure.message, details: nil, id: id, into: &w) }
         case .success(let verified) where AccountID(verified.subject) != account:
@@ -944,6 +973,7 @@ final class ClientConnection: ConnectionHandler {
     /// cap when it breaks the protocol or closes still gets the close frame behind what is queued, never a bare TCP close.
     private func sendCloseFrame(_ code: CloseCode?, reason: String) {
         guard let connection else { return }
+        if hub.logger.enabled(.debug) { logDebug("close frame sent", connection: connection, code: code ?? CloseCode(1005)) }
         let payload = code.map { closePayload(code: $0, reason: reason) } ?? []
         let frame = payload.withUnsafeBytes { LoopContext.frame(opcode: .close, $0) }
         connection.maxQueuedBytes = max(connection.maxQueuedBytes, connection.queuedBytes + frame.count)

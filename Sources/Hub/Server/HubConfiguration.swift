@@ -36,6 +36,8 @@ public struct HubConfiguration: Sendable, Equatable {
     public var maxLineBytes = 1024 * 1024
     public var maxEventBytes = 256 * 1024
     public var shutdownTimeoutSeconds = 5
+    /// How long SIGTERM spreads the clients' 1001 closes over; nil: at `HubServer.drainConnectionsPerSecond`.
+    public var drainDurationSeconds: Int? = nil
     public var historySize = 100
     public var historyTTLSeconds = 600
     public var historyMemoryBytes = 64 << 20
@@ -47,6 +49,12 @@ public struct HubConfiguration: Sendable, Equatable {
     public var broker: RedisEndpoint? = nil
     /// Cluster mode: how events travel through Redis pub/sub (docs/OPERATIONS.md, "Cluster").
     public var brokerFanout = RedisStreams.FanoutLayout.streams
+    /// nil: `LogFormat.automatic()` (JSON unless stderr is a terminal).
+    public var logFormat: LogFormat? = nil
+    public var logLevel = LogLevel.info
+    public var logAccounts = AccountLogging.omit
+    /// The configuration file the values came from (`--config`, `HUB_CONFIG`), re-read on SIGHUP.
+    public var configFile: String? = nil
 
     public init() {}
 
@@ -121,8 +129,12 @@ public struct HubConfiguration: Sendable, Equatable {
               defaultText: { "\($0.maxLineBytes)" }, apply: { c, v throws(ConfigurationError) in c.maxLineBytes = try parseInt(v, "max-line-bytes", 1024...(64 << 20)) }),
         .init(name: "max-event-bytes", kind: .value(placeholder: "BYTES"), help: "largest event frame a publish may produce",
               defaultText: { "\($0.maxEventBytes)" }, apply: { c, v throws(ConfigurationError) in c.maxEventBytes = try parseInt(v, "max-event-bytes", 256...(16 << 20)) }),
-        .init(name: "shutdown-timeout", kind: .value(placeholder: "DURATION"), help: "how long SIGTERM waits for close handshakes",
+        .init(name: "shutdown-timeout", kind: .value(placeholder: "DURATION"), help: "how long SIGTERM waits for close handshakes after the drain",
               defaultText: { "\($0.shutdownTimeoutSeconds)s" }, apply: { c, v throws(ConfigurationError) in c.shutdownTimeoutSeconds = try parseDuration(v, "shutdown-timeout", allowZero: true) }),
+        .init(name: "drain-duration", kind: .value(placeholder: "DURATION"), help: "SIGTERM closes clients with 1001 spread over this (0: all at once; auto: 10000 per 2 s), then waits --shutdown-timeout",
+              defaultText: { _ in "auto" }, apply: { c, v throws(ConfigurationError) in
+                  c.drainDurationSeconds = v == "auto" ? nil : try parseDuration(v, "drain-duration", allowZero: true)
+              }),
         .init(name: "history-size", kind: .value(placeholder: "N"), help: "events kept per stream for clients that resume (0: none)",
               defaultText: { "\($0.historySize)" }, apply: { c, v throws(ConfigurationError) in c.historySize = try parseInt(v, "history-size", 0...1_000_000) }),
         .init(name: "history-ttl", kind: .value(placeholder: "DURATION"), help: "how long events are kept; a stream silent this long is forgotten",
@@ -144,17 +156,85 @@ public struct HubConfiguration: Sendable, Equatable {
               }),
         .init(name: "idempotency-max-keys", kind: .value(placeholder: "N"), help: "idempotency keys remembered at most (oldest forgotten first)",
               defaultText: { "\($0.idempotencyMaxKeys)" }, apply: { c, v throws(ConfigurationError) in c.idempotencyMaxKeys = try parseInt(v, "idempotency-max-keys", 0...10_000_000) }),
+        .init(name: "log-format", kind: .value(placeholder: "FORMAT"), help: "text (a line for a person) or json (one object per line: ts, level, msg and fields)",
+              defaultText: { _ in "json when stderr is not a terminal, else text" }, apply: { c, v throws(ConfigurationError) in
+                  guard let format = LogFormat(rawValue: v) else { throw ConfigurationError(message: "expected text or json, got '\(v)'") }
+                  c.logFormat = format
+              }),
+        .init(name: "log-level", kind: .value(placeholder: "LEVEL"), help: "debug, info, warn or error: lines below it are not written (debug adds a line per refused token and closed connection)",
+              defaultText: { $0.logLevel.name }, apply: { c, v throws(ConfigurationError) in
+                  guard let level = LogLevel(name: v) else { throw ConfigurationError(message: "expected debug, info, warn or error, got '\(v)'") }
+                  c.logLevel = level
+              }),
+        .init(name: "log-accounts", kind: .value(placeholder: "MODE"), help: "account ids in log lines: omit, hash (first 16 hex digits of their SHA-256) or plain",
+              defaultText: { $0.logAccounts.rawValue }, apply: { c, v throws(ConfigurationError) in
+                  guard let mode = AccountLogging(rawValue: v) else { throw ConfigurationError(message: "expected omit, hash or plain, got '\(v)'") }
+                  c.logAccounts = mode
+              }),
     ]
 
     public enum ParseOutcome: Equatable, Sendable {
         case run(HubConfiguration)
         case help(String)
         case version
+        /// `hub check-config [FILE] [options]`: the configuration is valid; print it.
+        case checkConfig(HubConfiguration)
+        /// `hub default-config`: print this.
+        case defaultConfig(String)
     }
 
-    /// Reads `HUB_…` variables first, then the flags (`--name value`, `--name=value`, and `--echo` style booleans).
+    /// Reads the config file (`--config`, else `HUB_CONFIG`), then `HUB_…` variables, then the flags (`--name value`,
+    /// `--name=value`, and `--echo` style booleans): a flag wins over its variable, a variable over the file.
+    /// `check-config [FILE]` and `default-config` as the first argument are the subcommands.
     public static func parse(arguments: [String], environment: [String: String]) throws(ConfigurationError) -> ParseOutcome {
+        var arguments = arguments
+        var checking = false
+        var file: String? = nil
+        switch arguments.first {
+        case "default-config":
+            guard arguments.count == 1 else { throw ConfigurationError(message: "default-config takes no arguments") }
+            return .defaultConfig(defaultConfigText())
+        case "check-config":
+            checking = true
+            arguments.removeFirst()
+            if let first = arguments.first, !first.hasPrefix("-") {
+                file = first
+                arguments.removeFirst()
+            }
+        default:
+            break
+        }
         var config = HubConfiguration()
+        if !arguments.contains(where: { ["--help", "-h", "--version"].contains($0) }) {
+            if file == nil { file = try configFlag(in: arguments) }
+            if file == nil, let variable = environment["HUB_CONFIG"] {
+                guard !variable.isEmpty else { throw ConfigurationError(message: "HUB_CONFIG is set but empty") }
+                file = variable
+            }
+            if let file { try applyFile(at: file, to: &config) }
+        }
+        let outcome = try parse(arguments: arguments, environment: environment, over: config)
+        if checking, case .run(let checked) = outcome { return .checkConfig(checked) }
+        return outcome
+    }
+
+    /// The value of `--config FILE` / `--config=FILE`, if given.
+    static func configFlag(in arguments: [String]) throws(ConfigurationError) -> String? {
+        var found: String? = nil
+        for (i, argument) in arguments.enumerated() {
+            if argument == "--config" {
+                guard i + 1 < arguments.count else { throw ConfigurationError(message: "--config needs a value") }
+                found = arguments[i + 1]
+            } else if argument.hasPrefix("--config=") {
+                found = String(argument.dropFirst("--config=".count))
+            }
+        }
+        if found == "" { throw ConfigurationError(message: "--config: config must not be empty") }
+        return found
+    }
+
+    static func parse(arguments: [String], environment: [String: String], over file: HubConfiguration) throws(ConfigurationError) -> ParseOutcome {
+        var config = file
         if let secret = environment["HUB_JWT_SECRET"] {
             let trimmed = secret.trimmingCharacters(in: .whitespacesAndNewlines)
             guard !trimmed.isEmpty else { throw ConfigurationError(message: "HUB_JWT_SECRET is set but empty") }
@@ -181,6 +261,10 @@ public struct HubConfiguration: Sendable, Equatable {
             if let eq = name.firstIndex(of: "=") {
                 inlineValue = String(name[name.index(after: eq)...])
                 name = String(name[..<eq])
+            }
+            if name == "config" {
+                if inlineValue == nil { index += 1 }  // read before everything else (configFlag)
+                continue
             }
             guard let option = options.first(where: { $0.name == name }) else {
                 throw ConfigurationError(message: "unknown option --\(name) (see hub --help)")
@@ -220,11 +304,16 @@ public struct HubConfiguration: Sendable, Equatable {
             "hub \(HubVersion.string): realtime WebSocket event hub",
             "",
             "Usage: hub [options]",
+            "       hub check-config [FILE] [options]   validate, print the effective configuration (secrets masked)",
+            "       hub default-config                  print a commented configuration file to start from",
             "",
             "Clients connect to ws://HOST:PORT/ws with a bearer JWT; the backend publishes on the Unix socket.",
-            "Every option can also be set with the environment variable shown.",
+            "Every option can also be set with the environment variable shown, or in the config file under its name",
+            "(a flag wins over its variable, a variable over the file).",
             "",
             "Options:",
+            "  --config FILE                 a JSON configuration file, one key per option (docs/OPERATIONS.md)",
+            "                                [HUB_CONFIG; default: none]",
         ]
         for option in options {
             let left: String

@@ -24,7 +24,10 @@ final class HubCore: Sendable {
     private let listenAddressProvider: @Sendable () -> String
     var listenAddress: String { listenAddressProvider() }
     let startedAt = wallClockSeconds()
+    /// Plain info lines (`logger.lines`): most of the hub's log.
     let log: @Sendable (String) -> Void
+    /// The logger itself, for lines with a level or fields.
+    let logger: HubLogger
     private let openClients = Atomic<Int>(0)
     private let shuttingDown = Atomic<Bool>(false)
     private let capacityWarned = Atomic<Bool>(false)
@@ -36,7 +39,7 @@ final class HubCore: Sendable {
 
     init(configuration: HubConfiguration, verifier: JWTVerifier, authDescription: String, contexts: [LoopContext],
          maxConnections: Int, descriptorLimit: Int, listenAddress: @escaping @Sendable () -> String, log: @escaping @Sendable (String) -> Void,
-         restoring saved: SavedBrokerState? = nil, redisBroker: RedisBroker? = nil) {
+         logger: HubLogger? = nil, restoring saved: SavedBrokerState? = nil, redisBroker: RedisBroker? = nil) {
         self.configuration = configuration
         rateLimit = RateLimit(limit: configuration.rateLimitPerMinute, periodSeconds: 60)
         channelNames = configuration.channels
@@ -59,6 +62,7 @@ final class HubCore: Sendable {
         self.descriptorLimit = descriptorLimit
         listenAddressProvider = listenAddress
         self.log = log
+        self.logger = logger ?? HubLogger(lines: log)
         redisBroker?.setControlHandler { [weak self] line, done in
             guard let self else { return done([]) }
             self.answerOtherNode(line, done)
@@ -70,7 +74,14 @@ final class HubCore: Sendable {
     }
 
     var isShuttingDown: Bool { shuttingDown.load(ordering: .relaxed) }
-    func beginShutdown() { shuttingDown.store(true, ordering: .relaxed) }
+    /// Whether publishes get `SHUTTING_DOWN`: from the start of a shutdown, unless the listening sockets outlive the
+    /// process (socket activation), where publishes are taken until the loops stop.
+    var refusesPublishes: Bool { shuttingDown.load(ordering: .relaxed) && !publishesUntilStopped.load(ordering: .relaxed) }
+    private let publishesUntilStopped = Atomic<Bool>(false)
+    func beginShutdown(keepPublishing: Bool = false) {
+        publishesUntilStopped.store(keepPublishing, ordering: .relaxed)
+        shuttingDown.store(true, ordering: .relaxed)
+    }
     var clientCount: Int { openClients.load(ordering: .relaxed) }
 
     /// Claims a client slot; false (and one log line per burst) when the hub is at its connection limit.
@@ -79,7 +90,7 @@ final class HubCore: Sendable {
         if now <= maxConnections { return true }
         openClients.subtract(1, ordering: .relaxed)
         if !capacityWarned.exchange(true, ordering: .relaxed) {
-            log("at the connection limit (\(maxConnections)): refusing new clients with HTTP 503 until connections close (raise the open-file limit or --max-connections)")
+            logger.warn("at the connection limit (\(maxConnections)): refusing new clients with HTTP 503 until connections close (raise the open-file limit or --max-connections)")
         }
         return false
     }
@@ -138,7 +149,7 @@ final class HubCore: Sendable {
         }
         let stats = broker.statistics()
         if let localBroker, !localBroker.historyReserved {
-            log("recovery: could not reserve \(configuration.historyMemoryBytes) bytes for the history ring (mmap failed); "
+            logger.warn("recovery: could not reserve \(configuration.historyMemoryBytes) bytes for the history ring (mmap failed); "
                 + "no events are kept, every resume answers too_old. Lower --history-memory")
         }
         if let saved {
@@ -161,7 +172,7 @@ final class HubCore: Sendable {
             log("recovery: saved epoch \(saved.hubEpoch): \(saved.streams.count) streams, \(saved.events.count) events, "
                 + "\(saved.keys.count) idempotency keys (\(bytes.count) bytes) to \(StateFile.path(in: configuration.stateDirectory))")
         } catch {
-            log("recovery: could not save the state: \(error.description); the next start begins a new epoch")
+            logger.error("recovery: could not save the state: \(error.description); the next start begins a new epoch")
         }
     }
 

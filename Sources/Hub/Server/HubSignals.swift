@@ -6,7 +6,8 @@ import Synchronization
 /// the Swift runtime's crash handler never sees SIGQUIT.
 ///
 /// - SIGTERM, SIGINT: graceful shutdown (`serveSignals` returns them).
-/// - SIGHUP: reloads the TLS certificate and key (`reloadTLS`); logs what happened.
+/// - SIGHUP: reloads the configuration where it can change while running, and the TLS certificate and key
+///   (`reload`); logs what happened.
 /// - SIGUSR1, SIGUSR2: logged and ignored.
 /// - SIGQUIT: a state dump to the log (`logStateDump`); the hub keeps serving.
 /// - SIGPIPE: ignored (a vanished peer or log reader is an error return, not a signal).
@@ -33,7 +34,9 @@ extension HubServer {
             case SIGTERM, SIGINT:
                 return received
             case SIGHUP:
-                core.log("received SIGHUP: " + reloadTLS())
+                notifier?.reloading()
+                for line in reload() { core.log(line) }
+                notifier?.send("READY=1")
             case SIGQUIT:
                 logStateDump()
             default:

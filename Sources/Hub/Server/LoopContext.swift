@@ -39,12 +39,38 @@ enum RecoveryOutcome {
     }
 }
 
+/// What a SIGHUP can change while clients stay connected. Each loop keeps its own copy (`LoopContext.reloaded`),
+/// replaced on its thread, so reading it costs no lock.
+struct ReloadableSettings: Sendable {
+    let rateLimit: RateLimit
+    let rateLimitPerMinute: Int
+    let allowedOrigins: OriginPolicy
+    let recoveryMax: Int
+
+    init(_ c: HubConfiguration) {
+        rateLimit = RateLimit(limit: c.rateLimitPerMinute, periodSeconds: 60)
+        rateLimitPerMinute = c.rateLimitPerMinute
+        allowedOrigins = c.allowedOrigins
+        recoveryMax = c.recoveryMax
+    }
+}
+
 /// Everything one event loop owns: its client connections, its subscription registry, its counters.
 /// Only ever touched on its loop's thread (that is what makes the `@unchecked Sendable` sound: other threads
 /// only pass the reference into `loop.execute`).
 final class LoopContext: @unchecked Sendable {
     let loop: EventLoop
     unowned(unsafe) var hub: HubCore!
+    /// The settings a SIGHUP reloaded, as this loop last heard of them; nil: the start configuration's.
+    var reloaded: ReloadableSettings?
+
+    /// `--rate-limit`, as reloaded.
+    var rateLimit: RateLimit { reloaded?.rateLimit ?? hub.rateLimit }
+    var rateLimitPerMinute: Int { reloaded?.rateLimitPerMinute ?? hub.configuration.rateLimitPerMinute }
+    /// `--allowed-origins`, as reloaded.
+    var allowedOrigins: OriginPolicy { reloaded?.allowedOrigins ?? hub.configuration.allowedOrigins }
+    /// `--recovery-max`, as reloaded.
+    var recoveryMax: Int { reloaded?.recoveryMax ?? hub.configuration.recoveryMax }
 
     /// What fan-out touches for every event (the registry, the counters, the latency histogram), behind a pointer
     /// rather than in stored properties, so the accesses skip Swift's run-time exclusivity checks (see

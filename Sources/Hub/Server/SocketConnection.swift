@@ -204,7 +204,7 @@ final class SocketConnection: ConnectionHandler {
     }
 
     private func publish(_ request: consuming PublishRequest, line: UnsafeRawBufferPointer, id: RawJSON?) {
-        if hub.isShuttingDown {
+        if hub.refusesPublishes {
             return replyError(.shuttingDown, "the hub is shutting down and accepts no more publishes", id: id)
         }
         guard let channel = hub.channelIndex[request.channel] else { return replyUnknownChannel(request.channel, id: id) }

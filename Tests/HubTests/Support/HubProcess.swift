@@ -44,8 +44,11 @@ final class HubProcess: @unchecked Sendable {
 
     /// `launcher`: a command that execs the hub in the same process (e.g. `prlimit --nofile=80:80`).
     /// `beforeStart`: called with the test's directory once it exists, before the hub starts (to prepare files in it).
+    /// `textLogs`: the tests read the log as text lines (`hub: state: loop=…`), so the hub gets `HUB_LOG_FORMAT=text`
+    /// (a `--log-format` argument or an `environment` entry still wins); false leaves the hub its own default (JSON,
+    /// stderr being a file).
     init(_ arguments: [String] = [], environment: [String: String] = [:], threads: Int = 2, launcher: [String] = [],
-         beforeStart: (String) throws -> Void = { _ in }) throws {
+         textLogs: Bool = true, beforeStart: (String) throws -> Void = { _ in }) throws {
         directory = NSTemporaryDirectory() + "hubtest-" + UUID().uuidString.prefix(8)
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         try beforeStart(directory)
@@ -63,6 +66,7 @@ final class HubProcess: @unchecked Sendable {
             process.arguments = hubArguments
         }
         var env = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("HUB_") }
+        if textLogs { env["HUB_LOG_FORMAT"] = "text" }
         env.merge(environment) { $1 }
         process.environment = env
         process.standardError = FileHandle(forWritingAtPath: logPath)
@@ -72,6 +76,7 @@ final class HubProcess: @unchecked Sendable {
         while Date() < deadline {
             // The start is complete once the recovery line that follows "listening on" is written too (tests read
             // it right after the start; the two lines are separate writes).
+            // A JSON line holds the message unescaped up to its end (`/` is not escaped), so the same parse works.
             let lines = log.split(separator: "\n")
             if let line = lines.first(where: { $0.contains("listening on ws") }),
                lines.contains(where: { l in Self.lastStartLines.contains { l.contains($0) } }) {
