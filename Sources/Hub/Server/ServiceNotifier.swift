@@ -66,9 +66,7 @@ public final class ServiceNotifier: Sendable {
 
     /// `RELOADING=1` with the current CLOCK_MONOTONIC time, as `Type=notify-reload` expects.
     public func reloading() {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        send("RELOADING=1\nMONOTONIC_USEC=\(UInt64(ts.tv_sec) * 1_000_000 + UInt64(ts.tv_nsec) / 1000)")
+        send("RELOADING=1\nMONOTONIC_USEC=\(monotonicNanos() / 1000)")
     }
 }
 
