@@ -52,6 +52,9 @@ import Testing
         c.baseDelay = .milliseconds(20)
         c.maxDelay = .milliseconds(200)
         c.platform = "test"
+        // The whole suite can starve the test process for ~10 s at a time (see `until`): an attempt must not be given
+        // up for that. Tests of the timeout set their own.
+        c.connectTimeout = .seconds(120)
         return c
     }
 
