@@ -2,7 +2,7 @@ import Glibc
 
 /// Whole-buffer byte checks for the handshake's long values (a request target or an `Authorization` header carrying
 /// a ~200-byte token): 8 bytes per step, or glibc's vectorised `memchr`, instead of a closure call per byte (which
-/// cost 3-4 instructions a byte, several hundred per check and handshake under callgrind: issue 12's set-up cost).
+/// cost 3-4 instructions a byte, several hundred per check and handshake under callgrind: set-up cost).
 public enum ByteScan {
     /// Whether every byte of `bytes` is in `range`. The bounds must be ASCII (`upperBound` at most 0x7F); any byte
     /// from 0x80 up is outside.

@@ -6,7 +6,7 @@
 /// The fields are kept as bytes: every name and value back to back in one buffer, and where each one is in a
 /// second. A request head costs the parser those two allocations, whatever it holds; a `String` is made only for
 /// a value a caller asks for as one (`values`, `subscript(first:)`, `entries`). Before, every name and value was
-/// a `String` of its own, most of them on the heap, each validated as UTF-8 on the way in (issue 12: set-up cost).
+/// a `String` of its own, most of them on the heap, each validated as UTF-8 on the way in (set-up cost).
 /// Values are kept as sent, obs-text included; the `String` accessors decode them as UTF-8, repairing invalid
 /// sequences to U+FFFD.
 public struct HTTPHeaders: Sendable {
@@ -177,7 +177,7 @@ public struct HTTPHeaders: Sendable {
         // O(1) for native strings, and most names looked up differ in length from most names present.
         guard a.utf8.count == b.utf8.count else { return false }
         // Both contiguous (native and small strings are): compare the bytes in place. The views' generic iterators
-        // cost ~10 instructions a byte, and the upgrade looks up a dozen names among every field (issue 12).
+        // cost ~10 instructions a byte, and the upgrade looks up a dozen names among every field.
         let compared = a.utf8.withContiguousStorageIfAvailable { x in
             b.utf8.withContiguousStorageIfAvailable { y in equalsIgnoringCase(x, y) }
         }

@@ -311,7 +311,7 @@ struct HeadScanner: Sendable {
         while i < count {
             if !sawCR {
                 // The run of ordinary bytes up to the next CR or LF is appended in one go (a byte at a time cost ~40
-                // instructions a byte, most of the parser's time; issue 12). The limits are checked as if byte by
+                // instructions a byte, most of the parser's time). The limits are checked as if byte by
                 // byte: the first byte past a limit throws, and where one byte passes both, the head limit wins.
                 let j = HeadScanner.firstLineBreak(in: bytes, from: i)
                 let run = j - i

@@ -142,7 +142,7 @@ public enum WebSocketHandshake {
     }
 
     /// Calls `body` with `Sec-WebSocket-Accept` for a key (28 bytes): the key and the GUID are hashed from a stack
-    /// buffer and the digest is encoded in it (a `String` concatenation, two arrays and a `String` before; issue 12).
+    /// buffer and the digest is encoded in it (a `String` concatenation, two arrays and a `String` before).
     static func withAcceptValue<R>(forKey key: ArraySlice<UInt8>, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
         let guidBytes = UnsafeBufferPointer(start: guid.utf8Start, count: guid.utf8CodeUnitCount)
         return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: key.count + guidBytes.count + 20 + 28) { buffer in
@@ -158,7 +158,7 @@ public enum WebSocketHandshake {
 
     /// The `101 Switching Protocols` response completing the handshake, written into a buffer made at its final size
     /// by `make` (called once with the size and a function that fills a buffer of that size): the hub's outbound
-    /// chunk, without an array to copy it from (issue 12).
+    /// chunk, without an array to copy it from.
     public static func response101<R>(key: ArraySlice<UInt8>, subprotocol: String?, extensions: String?,
                                       extraHeaders: [(String, String)] = [],
                                       make: (Int, (UnsafeMutableRawBufferPointer) -> Void) -> R) -> R {

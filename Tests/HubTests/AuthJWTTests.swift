@@ -502,3 +502,32 @@ func ttlParsing(text: String, seconds: Int64?) {
     #expect(JWTClaims(subject: "a", now: Int64.max - 1, ttl: 900).exp == Int64.max)
     #expect(JWTClaims(subject: "a", now: 100, ttl: 900).exp == 1000)
 }
+
+/// RFC 4231's HMAC-SHA256 test cases 1-7 (short and long keys, data across blocks, case 5 truncated to 128 bits),
+/// through the keyed implementation the verifier uses and through OpenSSL's one-shot `HMAC()`.
+@Test func rfc4231TestVectors() throws {
+    func hex(_ bytes: [UInt8]) -> String { bytes.map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined() }
+    let longKey = [UInt8](repeating: 0xaa, count: 131)
+    let cases: [(key: [UInt8], data: [UInt8], mac: String)] = [
+        ([UInt8](repeating: 0x0b, count: 20), Array("Hi There".utf8),
+         "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"),
+        (Array("Jefe".utf8), Array("what do ya want for nothing?".utf8),
+         "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"),
+        ([UInt8](repeating: 0xaa, count: 20), [UInt8](repeating: 0xdd, count: 50),
+         "773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe"),
+        (Array(1...25), [UInt8](repeating: 0xcd, count: 50),
+         "82558a389a443c0ea4cc819899f2083a85f0faa3e578f8077a2e3ff46729665b"),
+        ([UInt8](repeating: 0x0c, count: 20), Array("Test With Truncation".utf8), "a3b6167473100ee06e0c796c2955552b"),
+        (longKey, Array("Test Using Larger Than Block-Size Key - Hash Key First".utf8),
+         "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"),
+        (longKey, Array(("This is a test using a larger than block-size key and a larger than block-size data. The key needs to "
+                         + "be hashed before being used by the HMAC algorithm.").utf8),
+         "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2"),
+    ]
+    for (n, c) in cases.enumerated() {
+        let keyed = try #require(HMACSHA256Key(secret: c.key)?.mac(c.data[...]), "case \(n + 1)")
+        let oneShot = try #require(HMACSHA256.mac(key: c.key, message: c.data[...]), "case \(n + 1)")
+        #expect(hex(keyed).hasPrefix(c.mac) && hex(keyed).count == 64, "case \(n + 1): \(hex(keyed))")
+        #expect(hex(oneShot).hasPrefix(c.mac), "case \(n + 1): \(hex(oneShot))")
+    }
+}

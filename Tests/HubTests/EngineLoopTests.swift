@@ -171,19 +171,6 @@ struct EngineLoopTests {
         #expect(loops.map { $0.metricsSnapshot().borrowedRuns }.reduce(0, +) > 0)
     }
 
-    @Test func hooksRunEveryIteration() throws {
-        let loop = try EventLoop()
-        defer { loop.stop(); loop.join() }
-        let counts = LoopBox((pre: 0, post: 0))
-        try loop.submitAndWait {
-            loop.addPreIterationHook { counts.value.pre += 1 }
-            loop.addPostIterationHook { counts.value.post += 1 }
-        }
-        for _ in 0..<10 { try loop.submitAndWait {} }
-        let (pre, post) = try loop.submitAndWait { (counts.value.pre, counts.value.post) }
-        #expect(pre >= 10 && post >= 10)
-    }
-
     @Test func stoppedLoopRejectsWork() throws {
         let loop = try EventLoop()
         loop.stop()

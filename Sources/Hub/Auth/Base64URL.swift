@@ -77,7 +77,7 @@ public enum Base64URL {
 
     /// Decodes into `out`'s first `decodedCount(bytes.count)` bytes (`out` must hold them) and returns that count;
     /// nil for anything that is not canonical unpadded base64url (`out`'s bytes are then unspecified). Allocates
-    /// nothing: the verifier decodes a token's three parts into one scratch buffer on the stack (issue 12: an array
+    /// nothing: the verifier decodes a token's three parts into one scratch buffer on the stack (an array
     /// each before). Four characters at a time: a token's three parts cost ~2 600 instructions per handshake a byte
     /// at a time through `append`; an invalid character is noticed once, after the loop (the 0xFF of the reverse
     /// table sets bits no alphabet value has).

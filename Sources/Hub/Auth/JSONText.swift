@@ -23,7 +23,7 @@ enum JSONText {
     /// verifier reads from a token's header and claims. The hub's own strict scanner (RFC 8259; depth limit 32)
     /// validates the whole object; the wanted members' values are kept as byte ranges, so a token costs no
     /// `[String: Any]`, `NSNumber` or dynamic cast (about half of a verify's user-space time once:
-    /// Benchmarks/results/setup), and no array (issue 12). Callers rely on:
+    /// Benchmarks/results/setup), and no array. Callers rely on:
     /// - duplicate member names resolve to the lexically last one (allowed by RFC 7515 §5.2),
     /// - `nil` from `init` for anything that is not a JSON object (including excessive nesting),
     /// - names match after unescaping (`"s\u0075b"` is `sub`).

@@ -79,13 +79,9 @@ public struct JWTVerifier: Sendable {
         return token.withUTF8 { verify(bytes: $0, now: now) }
     }
 
-    public func verifyThrowing(_ token: String, now: Int64) throws(AuthFailure) -> VerifiedToken {
-        try verify(token, now: now).get()
-    }
-
     /// The token's bytes, as found in the request head (no `String` made of it). The decoded parts are shorter
     /// than their text, so one scratch buffer of the token's size, on the stack, holds them: the verify allocates
-    /// nothing but the strings of the result (issue 12: six arrays before).
+    /// nothing but the strings of the result (six arrays before).
     public func verify(bytes token: UnsafeBufferPointer<UInt8>, now: Int64) -> Result<VerifiedToken, AuthFailure> {
         if token.isEmpty { return .failure(AuthFailure(.missingToken, "no access token was provided")) }
         if token.count > JWTVerifier.maximumTokenBytes {

@@ -38,7 +38,7 @@ public enum TokenExtraction {
         "no access token: send 'Authorization: Bearer <token>' or the access_token query parameter")
 
     /// The bearer token of an upgrade request, handed to `body` as bytes: for a plain header or query value, the
-    /// request head's own bytes, so no `String` is made of a token the verifier only reads (issue 12). Values with
+    /// request head's own bytes, so no `String` is made of a token the verifier only reads. Values with
     /// non-ASCII bytes or a CR go through the `Character` rules. `accessTokenQuery`: the form-decoded value.
     static func withBearerToken<R>(authorizationHeader: ArraySlice<UInt8>?, accessTokenQuery: UnsafeBufferPointer<UInt8>?,
                                    _ body: (UnsafeBufferPointer<UInt8>) -> Result<R, AuthFailure>) -> Result<R, AuthFailure> {

@@ -49,7 +49,7 @@ public final class Connection {
     private enum State { case open, draining, halfClosed, closed }
 
     // Stored properties are laid out in declaration order: the small ones are grouped so that no padding is left
-    // between them (issue 12: an idle connection's memory; 168 bytes, a 176-byte malloc block, 256 at first).
+    // between them (an idle connection's memory; 168 bytes, a 176-byte malloc block, 256 at first).
 
     /// The socket; valid until the connection closes.
     public let fd: Int32
@@ -95,7 +95,7 @@ public final class Connection {
     @exclusivity(unchecked) private var inputEnded = false
 
     private enum TLSPhase { case none, handshaking, established }
-    /// A TLS connection's state, in a side object a plain connection does not have (issue 12: 32 bytes less per
+    /// A TLS connection's state, in a side object a plain connection does not have (32 bytes less per
     /// plain connection; a TLS one pays a 48-byte block beside its much larger TLS state). Made in `init` for a TLS
     /// connection, never later: the properties below read it, and their setters are only reached on TLS paths (on a
     /// plain connection a setter would do nothing).

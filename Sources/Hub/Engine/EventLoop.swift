@@ -20,8 +20,8 @@ protocol LoopSelectable: AnyObject {
 /// eventfd, once; while the loop is awake a job just appends, since the loop looks at the inbox under the same lock
 /// before it sleeps.
 ///
-/// An iteration is: pre-hooks → `epoll_wait` → dispatch (stale fd generations dropped) → inbox jobs →
-/// timer wheel → post-hooks → sleeping loops posted to (run here or woken) → flush of corked connections →
+/// An iteration is: `epoll_wait` → dispatch (stale fd generations dropped) → inbox jobs → timer wheel →
+/// sleeping loops posted to (run here or woken) → flush of corked connections →
 /// deferred closes. Closed connections are freed only at the end of the iteration, so an event later in the same
 /// batch can't touch freed state.
 ///
@@ -82,14 +82,14 @@ public final class EventLoop: @unchecked Sendable {
     /// The loop thread's mutable state, held behind a pointer rather than in stored properties: Swift checks every
     /// in-place access to a class's stored `var` at run time (exclusivity enforcement: a thread-local access set,
     /// ~80 instructions an access), and the loop makes a dozen such accesses an iteration and several per event
-    /// (issue 12: 18 % of the instructions of a per-account run were those checks). Accesses to this state are
+    /// (18 % of the instructions of a per-account run were those checks). Accesses to this state are
     /// short and never call out while they last (a job or handler runs on a copy of the array it came from), which
     /// is what the check would have caught; the state is confined to the loop thread like everything else here.
     private struct LoopState {
         var running: [Job] = []
         /// By key (the slot handed out by `register`): this loop's registrations only, grown one at a time (a table
         /// by descriptor number spanned every descriptor of the process in every loop: ~80 bytes per connection with
-        /// two loops, issue 12).
+        /// two loops).
         var registrations: [Registration] = []
         var freeKeys: [UInt32] = []
         var nextGeneration: UInt32 = 1
@@ -155,8 +155,6 @@ public final class EventLoop: @unchecked Sendable {
 
     // Read twice an iteration; every access is a copy or an append, never held across a call (a hook that adds a
     // hook appends to the array, not to the copy being run): no run-time exclusivity check (docs/ENGINE.md).
-    @exclusivity(unchecked) private var preHooks: [() -> Void] = []
-    @exclusivity(unchecked) private var postHooks: [() -> Void] = []
     var pendingFlush: [Connection] {
         _read { yield state.pointee.pendingFlush }
         _modify { yield &state.pointee.pendingFlush }
@@ -354,19 +352,6 @@ public final class EventLoop: @unchecked Sendable {
         assert(inEventLoop, "loop-bound API used off the loop thread", file: file, line: line)
     }
 
-    /// Adds a hook run at the start of every iteration, before the loop sleeps.
-    public func addPreIterationHook(_ hook: @escaping () -> Void) {
-        assertInLoop()
-        preHooks.append(hook)
-    }
-
-    /// Adds a hook run after each iteration's events, jobs and timers, before corked connections are
-    /// flushed (the hub commits pub/sub batches here so a subscriber gets them in one `writev`).
-    public func addPostIterationHook(_ hook: @escaping () -> Void) {
-        assertInLoop()
-        postHooks.append(hook)
-    }
-
     /// Schedules `action` on this loop's timer wheel (one-tick precision).
     @discardableResult
     public func schedule(after delay: Duration, _ action: @escaping () -> Void) -> TimerHandle {
@@ -494,7 +479,6 @@ public final class EventLoop: @unchecked Sendable {
     /// One iteration. `mayBlock` false (a caller-driven loop) polls epoll without sleeping. Returns whether a stop
     /// was requested, and how much was done: events dispatched, jobs run, connections flushed or closed.
     private func iterate(mayBlock: Bool) -> (stop: Bool, work: Int) {
-        for hook in preHooks { hook() }
         let (timeout, jobsWaiting, lookedAt) = mayBlock ? sleepTimeout() : (0, false, 0)
         let ready: Int
         var asleepFrom: UInt64 = 0
@@ -546,7 +530,6 @@ public final class EventLoop: @unchecked Sendable {
         let (stopNow, jobs) = runInbox()
         work += jobs
         work += timers.advance(toNanos: monotonicNanos())
-        for hook in postHooks { hook() }
         work += pendingFlush.count + pendingClose.count
         runDeferredWakes()
         finishIteration()
@@ -576,8 +559,8 @@ public final class EventLoop: @unchecked Sendable {
         s.pointee.windowAsleep = 0
     }
 
-    /// On another loop's thread, while this loop's thread is blocked in `epoll_wait`: runs the inbox, the post-hooks
-    /// and the flushes as an iteration would, without waking the thread (an eventfd write, a wake-up and a sleep
+    /// On another loop's thread, while this loop's thread is blocked in `epoll_wait`: runs the inbox and the flushes
+    /// as an iteration would, without waking the thread (an eventfd write, a wake-up and a sleep
     /// saved). Returns false when the loop could not be taken (it is awake, or being run elsewhere) or still needs
     /// its own thread (a stop, leftover flushes, a first timer while it sleeps without a timeout): the caller wakes it.
     private func runBorrowed() -> Bool {
@@ -587,7 +570,6 @@ public final class EventLoop: @unchecked Sendable {
         borrower.store(UInt(pthread_self()), ordering: .relaxed)
         timers.updateNow(monotonicNanos())
         _ = runJobs()
-        for hook in postHooks { hook() }
         finishIteration()
         metrics.borrowedRuns += 1
         borrower.store(0, ordering: .relaxed)
@@ -670,8 +652,6 @@ public final class EventLoop: @unchecked Sendable {
         }
         for target in state.pointee.deferredWakes { target.wake() }
         state.pointee.deferredWakes.removeAll()
-        preHooks.removeAll()
-        postHooks.removeAll()
     }
 }
 

@@ -10,7 +10,7 @@ import Glibc
 /// accepted `yieldEvery` connections, the listener re-registers (DEL + ADD: EPOLLEXCLUSIVE registrations
 /// cannot be modified), which moves its loop to the back of the socket's wait queue, so the next connections
 /// wake another idle loop first. Re-registering after every wake-up spread connections one by one but cost two
-/// `epoll_ctl` calls per one or two connections during a ramp (issue 12's set-up cost); after every 4 accepts,
+/// `epoll_ctl` calls per one or two connections during a ramp (set-up cost); after every 4 accepts,
 /// idle loops still take turns, 4 connections at a time. The last listener to close a shared socket closes its
 /// descriptor.
 ///

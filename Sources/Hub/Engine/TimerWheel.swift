@@ -29,7 +29,7 @@ public func monotonicNanos() -> UInt64 {
 ///
 /// The wheel has no clock of its own: `advance(toNanos:)` is fed the time, so tests use a fake clock.
 public final class TimerWheel {
-    /// 40 bytes (56 before): a connection's one timer is part of its idle memory (issue 12). The slot is `dueTick`'s
+    /// 40 bytes (56 before): a connection's one timer is part of its idle memory. The slot is `dueTick`'s
     /// low bits; a repeating timer's period is in `periods`.
     private struct Entry {
         var next: Int32 = -1
@@ -99,7 +99,7 @@ public final class TimerWheel {
     }
 
     /// - Parameters:
-    ///   - tickNanos: resolution (the hub uses 1 s; tests use less).
+    ///   - tickNanos: resolution (the hub uses 100 ms; tests use less).
     ///   - slots: rounded up to a power of two; deadlines further than `slots` ticks away cost one
     ///     extra visit per wheel revolution.
     ///   - nowNanos: the starting time.

@@ -29,7 +29,7 @@ public struct ExactString: Hashable, Comparable, Sendable, CustomStringConvertib
         guard x.count == y.count else { return false }
         // Both contiguous (native and small strings are): one `memcmp`. `elementsEqual` walked the views a byte at a
         // time through the generic iterator, ~550 instructions for a 10-byte id, on every dictionary probe of a
-        // stream, subscription or account key (issue 12).
+        // stream, subscription or account key.
         let compared = x.withContiguousStorageIfAvailable { p in
             y.withContiguousStorageIfAvailable { q -> Bool in
                 guard let pa = p.baseAddress, let qa = q.baseAddress else { return p.count == q.count }

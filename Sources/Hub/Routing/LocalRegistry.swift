@@ -16,7 +16,7 @@ public struct LocalRegistry<Subscriber: ChannelMember> {
     private var byAccount: [SubscriptionKey: SubscriberSet<Subscriber>] = [:]
     /// Per channel, every subscriber, each of which keeps its own position in the list (`ChannelMember`): no
     /// position map, whose probes into a table of every connection were the largest user-space item of a
-    /// connection's set-up and close natively (issue 12).
+    /// connection's set-up and close natively.
     private var byChannel: [SubscriberSet<Subscriber>]
 
     public init(channelCount: Int) {

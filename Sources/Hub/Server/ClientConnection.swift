@@ -41,7 +41,7 @@ final class ClientConnection: ConnectionHandler {
         }
     }
     /// The WebSocket reader, made when frames arrive and dropped again when it is at rest between messages: an idle
-    /// connection holds none (the reader is ~225 bytes, its box ~240 with malloc's header; issue 12's memory per idle
+    /// connection holds none (the reader is ~225 bytes, its box ~240 with malloc's header; memory per idle
     /// connection). Kept while a frame, message or control frame is partial, after a close or a violation (it is
     /// poisoned: no later byte is parsed), and for /echo, whose permessage-deflate window lives in it.
     private var readerBox: ReaderBox? {
@@ -50,7 +50,7 @@ final class ClientConnection: ConnectionHandler {
             if let newValue { input = .reader(newValue) } else if case .reader = input { input = .none }
         }
     }
-    /// The parser and the reader share one 8-byte field (issue 12): the parser is dropped when the request head is
+    /// The parser and the reader share one 8-byte field: the parser is dropped when the request head is
     /// complete, before the upgrade, and a reader is made only after it.
     private enum Input { case parser(ParserBox), reader(ReaderBox), none }
     private var input = Input.parser(ParserBox())
@@ -85,7 +85,7 @@ final class ClientConnection: ConnectionHandler {
         static let holding = UInt64.max
     }
     /// Floors and held events live in a side object that exists only while a subscribe is being answered, so an
-    /// idle connection carries one nil pointer for them (issue 12: 24 bytes less per connection).
+    /// idle connection carries one nil pointer for them (24 bytes less per connection).
     private final class Answering {
         @exclusivity(unchecked) var floors: [Floor] = []
         /// Live events of the streams a waiting subscribe adds, held until the answer (bounded by the outbound cap).
@@ -142,7 +142,7 @@ final class ClientConnection: ConnectionHandler {
     @exclusivity(unchecked) private var limiter: RateLimiter
 
     // The small fields together, after the others: stored properties are laid out in declaration order, so spread
-    // among 8-byte fields each would take 8 (issue 12: an idle connection's memory).
+    // among 8-byte fields each would take 8 (an idle connection's memory).
     @exclusivity(unchecked) var phase = Phase.http
     @exclusivity(unchecked) var mode = Mode.hub
     @exclusivity(unchecked) private var closeHandshake = CloseHandshake(role: .server)
@@ -168,7 +168,7 @@ final class ClientConnection: ConnectionHandler {
     }
 
     /// The loop iteration's time (read once after `epoll_wait`): what deadlines and the rate limiter count from.
-    /// Up to one iteration old, against deadlines of seconds; a set-up used to read the clock ~17 times (issue 12).
+    /// Up to one iteration old, against deadlines of seconds; a set-up used to read the clock ~17 times.
     private var now: UInt64 { context.loop.timers.nowNanos }
 
     var id: String { "\(context.loop.index)-\(serial)" }
@@ -1127,7 +1127,7 @@ final class ClientConnection: ConnectionHandler {
 /// A client connection found again later, on its loop, by its serial in `LoopContext.clients` (nil once it has
 /// closed): what the subscribe path's deferred jobs hold instead of a weak reference. Swift gives an object a side
 /// table at its first weak reference, kept for the object's life (48 bytes of heap per subscribed connection:
-/// issue 12's idle memory). Read `value` only on the connection's loop.
+/// idle memory). Read `value` only on the connection's loop.
 struct ClientRef: @unchecked Sendable {
     private let context: LoopContext
     private let serial: Int

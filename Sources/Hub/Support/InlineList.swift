@@ -73,7 +73,7 @@ struct InlineList<Element>: RandomAccessCollection {
 
 /// A connection's subscribed channels (indices into the configured list) in subscribe order, each with the
 /// connection's position in that channel's broadcast list in the loop's registry (`ChannelMember`, which lets the
-/// registry drop a leaving connection from a channel of thousands without a lookup; issue 12). Like an
+/// registry drop a leaving connection from a channel of thousands without a lookup). Like an
 /// `InlineList`, a lone entry is held inline and an array made from the second one on, but the empty inline slot is
 /// a sentinel rather than an optional, so the list stays 16 bytes (an idle connection's memory; the connection
 /// object must fit its malloc block, `EngineTCPTests`). The configured list is far shorter than Int32.max, and a
