@@ -23,6 +23,6 @@ import Testing
                                                       "--timeout", "150"])
         let status = run.wait(timeout: 170)
         #expect(status == 0, "\(run.stdout)\n\(run.stderr)")
-        #expect(run.stdout.contains("7 passed, 0 failed"), "\(run.stdout)")
+        #expect(run.stdout.contains("8 passed, 0 failed"), "\(run.stdout)")
     }
 }

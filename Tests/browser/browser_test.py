@@ -381,9 +381,49 @@ def main():
                 return "refused %s" % s["refused"]
             return None
 
+        def lifecycle():
+            # Background and back: nothing held at the hub while suspended, the missed events replayed on resume;
+            # then a new page seeded with the exported positions gets only what it missed.
+            browser.evaluate("startClient('s', 'acc_s', 'wallet_updates', 'fresh')")
+            if not connected(browser, "s"):
+                return "not connected: %s" % browser.summary("s")["states"]
+            hub.publish("acc_s", "wallet_balance_changed", {"i": 1})
+            if not browser.wait_for("record.s.events.length === 1", 5):
+                return "no first event"
+            browser.evaluate("clients.s.networkChanged()")
+            time.sleep(0.5)
+            if browser.summary("s")["state"] != "connected":
+                return "a live connection was replaced after networkChanged: %s" % browser.summary("s")["states"][-3:]
+            browser.evaluate("clients.s.suspend()")
+            last = browser.summary("s")["states"][-1]
+            if last.get("cause") != "suspended" or last.get("willRetry") is not False:
+                return "suspend reported %s" % last
+            for i in (2, 3):
+                if hub.publish("acc_s", "wallet_balance_changed", {"i": i}).get("delivered") != 0:
+                    return "a connection was still held while suspended"
+            browser.evaluate("clients.s.resume()")
+            if not browser.wait_for("record.s.events.length === 3", 10):
+                return "after resume: %s" % browser.summary("s")["events"]
+            s = browser.summary("s")
+            if [e["seq"] for e in s["events"]] != [1, 2, 3] or s["recoveryFailed"]:
+                return "after resume: seqs %s, recovery failed %s" % ([e["seq"] for e in s["events"]], s["recoveryFailed"])
+            positions = browser.evaluate("JSON.stringify(clients.s.exportPositions())")
+            browser.evaluate("clients.s.close()")
+            if browser.summary("s")["states"][-1].get("cause") != "stopped":
+                return "close reported %s" % browser.summary("s")["states"][-1]
+            for i in (4, 5):
+                hub.publish("acc_s", "wallet_balance_changed", {"i": i})
+            browser.evaluate("startClient('s2', 'acc_s', 'wallet_updates', 'fresh', undefined, %s)" % positions)
+            if not browser.wait_for("record.s2.events.length === 2", 10):
+                return "the seeded client got %s" % browser.summary("s2")["events"]
+            s2 = browser.summary("s2")
+            if [e["data"]["i"] for e in s2["events"]] != [4, 5] or s2["recoveryFailed"]:
+                return "the seeded client got %s, recovery failed %s" % ([e["data"] for e in s2["events"]], s2["recoveryFailed"])
+            return None
+
         for name, check in [("delivery", delivery), ("refresh", refresh), ("expired", expired),
                             ("forbidden", forbidden), ("expired_loop", expired_loop), ("unknown_channel", unknown_channel),
-                            ("restart", restart)]:
+                            ("lifecycle", lifecycle), ("restart", restart)]:
             checks.run(name, check)
     except Exception as e:
         checks.failed += 1

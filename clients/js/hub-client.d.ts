@@ -18,6 +18,16 @@ export interface StateChange {
   willRetry?: boolean;
   /** Milliseconds until the next attempt. */
   retryIn?: number;
+  /** Why, for "disconnected" (the Swift client's names). */
+  cause?: DisconnectCause;
+}
+
+export type DisconnectCause = "stopped" | "suspended" | "loggedOut" | "tokenExpired" | "tokenRefused" | "noPong"
+  | "serverRestart" | "slowConsumer" | "rateLimited" | "network" | "closed";
+
+/** A channel's position as `exportPositions()` gives it and `seed()` takes it. */
+export interface ChannelPosition extends Position {
+  channel: string;
 }
 
 /** An event as the hub sends it. */
@@ -58,6 +68,12 @@ export interface HubClientOptions {
   maxDelay?: number;
   /** App-level ping period in ms (default 25000); no message for two periods means the connection is dead. */
   pingInterval?: number;
+  /** Ms from opening a connection to `authenticated` before the attempt is given up and retried (default 10000). */
+  connectTimeout?: number;
+  /** After `networkChanged()`, ms the open connection has to answer a ping before it is replaced (default 3000). */
+  networkProbeTimeout?: number;
+  /** Call `networkChanged()` on the global `online` event (default true where there is one). */
+  watchNetwork?: boolean;
   /** A WebSocket constructor (default: globalThis.WebSocket). */
   WebSocket?: new (url: string, protocols?: string | string[]) => WebSocket;
 }
@@ -75,6 +91,11 @@ export declare class HubClient {
   readonly state: HubState;
   connect(): void;
   close(): void;
+  suspend(): void;
+  resume(): void;
+  networkChanged(): void;
+  exportPositions(): ChannelPosition[];
+  seed(positions: ChannelPosition[]): void;
   subscribe<Data = unknown>(channel: string, onEvent: (event: HubEvent<Data>) => void, options?: SubscribeOptions): { unsubscribe(): void };
   position(channel: string): Position | null;
   refreshToken(): Promise<void>;

@@ -12,19 +12,43 @@
 // - resubscribes every channel after a reconnect, resuming with `since` (the last epoch and seqs it handled), drops
 //   duplicates by seq, resubscribes to fill a gap, and tells the app when the hub could not recover a channel
 //   (`onRecoveryFailed`: refetch that state over REST);
-// - sends an app-level ping every `pingInterval` and reconnects when nothing at all arrived for two intervals.
+// - sends an app-level ping every `pingInterval` and reconnects when nothing at all arrived for two intervals;
+// - gives up an attempt that is not authenticated within `connectTimeout`, and retries;
+// - `suspend()`/`resume()` for a page or app going to the background (subscriptions and positions kept);
+//   `networkChanged()` (called on the browser's `online` event) checks the connection at once;
+// - `exportPositions()`/`seed()` to resume after a reload instead of refetching.
 //
-// It stops (and reports through `onState` with willRetry false) when the hub refuses the token for good (close 4003
-// UNAUTHORIZED) or when `getToken` throws (the refresh token expired: the app logs the user out).
+// Every `disconnected` state says why in `cause` (the same names as the Swift client: stopped, suspended, loggedOut,
+// tokenExpired, tokenRefused, noPong, serverRestart, slowConsumer, rateLimited, network, closed). It stops (willRetry
+// false) when the hub refuses the token for good (close 4003 UNAUTHORIZED) or when `getToken` throws (the refresh
+// token expired: the app logs the user out).
 
 export const PROTOCOL = "hub.v1";
 
 const CLOSE_EXPIRED = 4001;
 const CLOSE_UNAUTHORIZED = 4003;
 
+/** Why a connection closed, by its code, with the Swift client's names. */
+function causeOf(code) {
+  switch (code) {
+    case 4001: return "tokenExpired";
+    case 4003: return "tokenRefused";
+    case 4002: return "noPong";
+    case 1001: case 1012: return "serverRestart";
+    case 4008: return "slowConsumer";
+    case 4029: return "rateLimited";
+    case 1006: return "network";
+    default: return "closed";
+  }
+}
+
 export class HubClient {
   #url; #getToken; #platform; #appVersion; #onState; #onError; #WebSocket;
-  #baseDelay; #maxDelay; #pingInterval;
+  #baseDelay; #maxDelay; #pingInterval; #connectTimeout; #networkProbeTimeout;
+  #connectTimer = null;
+  #probeTimer = null;
+  /** Positions given to `seed()` for channels not subscribed yet. */
+  #seeded = new Map();
   #ws = null;
   #state = "idle";
   #stopped = true;
@@ -55,7 +79,12 @@ export class HubClient {
     this.#baseDelay = options.baseDelay ?? 500;
     this.#maxDelay = options.maxDelay ?? 30000;
     this.#pingInterval = options.pingInterval ?? 25000;
+    this.#connectTimeout = options.connectTimeout ?? 10000;
+    this.#networkProbeTimeout = options.networkProbeTimeout ?? 3000;
     if (typeof this.#WebSocket !== "function") throw new TypeError("HubClient: no WebSocket implementation");
+    if ((options.watchNetwork ?? true) && typeof globalThis.addEventListener === "function") {
+      globalThis.addEventListener("online", () => this.networkChanged());
+    }
   }
 
   /** "idle" | "connecting" | "connected" | "disconnected" */
@@ -71,15 +100,75 @@ export class HubClient {
 
   /** Closes for good (code 1000); no reconnect. */
   close() {
+    this.#shut("client closed");
+    this.#setState("disconnected", { code: 1000, reason: "client closed", willRetry: false, cause: "stopped" });
+  }
+
+  /**
+   * The page or app goes to the background: closes the connection (1000) and keeps every subscription and its
+   * position, so `resume()` resubscribes with `since` and the hub replays what was missed.
+   */
+  suspend() {
+    this.#shut("client suspended");
+    this.#setState("disconnected", { code: 1000, reason: "client suspended", willRetry: false, cause: "suspended" });
+  }
+
+  /** Back after `suspend()` (the same as `connect()`). */
+  resume() { this.connect(); }
+
+  /**
+   * The network changed (the browser's `online` event calls this unless `watchNetwork: false`): an open connection
+   * must answer a ping within `networkProbeTimeout` or is replaced; a client waiting to reconnect tries now.
+   */
+  networkChanged() {
+    if (this.#stopped) return;
+    if (this.#ws && this.#state === "connected") {
+      const ws = this.#ws;
+      const asked = Date.now();
+      this.#send({ type: "ping" });
+      clearTimeout(this.#probeTimer);
+      this.#probeTimer = setTimeout(() => {
+        if (ws !== this.#ws || this.#lastMessageAt >= asked) return;
+        this.#closed(ws, 4002, "no pong");
+        ws.close(1000, "no pong");
+      }, this.#networkProbeTimeout);
+    } else if (!this.#ws) {
+      clearTimeout(this.#reconnectTimer);
+      this.#attempt = 0;
+      this.#open();
+    }
+  }
+
+  /** Every channel's position, to store (e.g. in localStorage) and `seed()` into the next page's client. */
+  exportPositions() {
+    const out = [];
+    for (const [channel, entry] of this.#channels) if (entry.position) out.push({ channel, ...entry.position });
+    return out;
+  }
+
+  /** Positions exported by an earlier page: the next subscribe of these channels resumes from them (`since`). */
+  seed(positions) {
+    for (const p of positions ?? []) {
+      if (typeof p?.channel !== "string" || typeof p.epoch !== "string") continue;
+      const position = { epoch: p.epoch, seq: p.seq ?? 0, broadcastSeq: p.broadcastSeq ?? 0 };
+      const entry = this.#channels.get(p.channel);
+      if (entry) entry.position = position; else this.#seeded.set(p.channel, position);
+    }
+  }
+
+  #shut(reason) {
     this.#stopped = true;
     clearTimeout(this.#reconnectTimer);
+    clearTimeout(this.#connectTimer);
+    clearTimeout(this.#probeTimer);
     this.#stopPing();
+    for (const entry of this.#channels.values()) entry.pending = false;
+    this.#subscribeRequests.clear();
     if (this.#ws) {
       const ws = this.#ws;
       this.#ws = null;
-      ws.close(1000, "client closed");
+      ws.close(1000, reason);
     }
-    this.#setState("disconnected", { code: 1000, reason: "client closed", willRetry: false });
   }
 
   /**
@@ -89,7 +178,8 @@ export class HubClient {
   subscribe(channel, onEvent, { onRecoveryFailed, onRefused } = {}) {
     let entry = this.#channels.get(channel);
     if (!entry) {
-      entry = { handlers: new Set(), onRecoveryFailed: null, onRefused: null, position: null, pending: false };
+      entry = { handlers: new Set(), onRecoveryFailed: null, onRefused: null, position: this.#seeded.get(channel) ?? null, pending: false };
+      this.#seeded.delete(channel);
       this.#channels.set(channel, entry);
       if (this.#state === "connected") this.#sendSubscribe([channel]);
     }
@@ -132,6 +222,12 @@ export class HubClient {
     }
     this.#ws = ws;
     this.#lastMessageAt = Date.now();
+    clearTimeout(this.#connectTimer);
+    this.#connectTimer = setTimeout(() => {
+      if (ws !== this.#ws || this.#state === "connected") return;
+      this.#closed(ws, 1006, "not connected within " + this.#connectTimeout + " ms");
+      ws.close(1000, "connect timeout");
+    }, this.#connectTimeout);
     ws.onopen = () => this.#authenticate(ws);
     ws.onmessage = (message) => this.#receive(ws, message.data);
     ws.onclose = (event) => this.#closed(ws, event.code, event.reason);
@@ -157,6 +253,8 @@ export class HubClient {
     if (ws !== this.#ws) return;
     this.#ws = null;
     this.#stopPing();
+    clearTimeout(this.#connectTimer);
+    clearTimeout(this.#probeTimer);
     this.#lastCloseCode = code;
     for (const entry of this.#channels.values()) entry.pending = false;
     this.#subscribeRequests.clear();
@@ -165,7 +263,7 @@ export class HubClient {
     if (code === CLOSE_UNAUTHORIZED) {
       // The token does not verify: a new connection with the same kind of token would fail again.
       this.#stopped = true;
-      return this.#setState("disconnected", { code, reason, willRetry: false });
+      return this.#setState("disconnected", { code, reason, willRetry: false, cause: "tokenRefused" });
     }
     if (Date.now() - this.#connectedAt > 60000 && this.#connectedAt > 0) this.#attempt = 0;
     this.#scheduleReconnect(code, reason, worked);
@@ -178,7 +276,7 @@ export class HubClient {
     const delay = code === CLOSE_EXPIRED && worked ? 0
       : Math.random() * Math.min(this.#maxDelay, this.#baseDelay * 2 ** this.#attempt);
     this.#attempt += 1;
-    this.#setState("disconnected", { code, reason, willRetry: true, retryIn: Math.round(delay) });
+    this.#setState("disconnected", { code, reason, willRetry: true, retryIn: Math.round(delay), cause: causeOf(code) });
     clearTimeout(this.#reconnectTimer);
     this.#reconnectTimer = setTimeout(() => this.#open(), delay);
   }
@@ -191,7 +289,7 @@ export class HubClient {
       this.#stopPing();
       ws.close(1000, "no token");
     }
-    this.#setState("disconnected", { code: 1000, reason: "no token: " + String(error?.message ?? error), willRetry: false });
+    this.#setState("disconnected", { code: 1000, reason: "no token: " + String(error?.message ?? error), willRetry: false, cause: "loggedOut" });
   }
 
   #setState(state, details) {
@@ -239,6 +337,7 @@ export class HubClient {
   }
 
   #authenticated() {
+    clearTimeout(this.#connectTimer);
     this.#connectedAt = Date.now();
     this.#lastCloseCode = 0;
     this.#setState("connected", {});

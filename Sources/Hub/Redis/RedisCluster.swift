@@ -50,7 +50,8 @@ public enum RedisSlot {
 /// A Redis Cluster behind the `RedisLink` calls: one `RedisConnection` per master, commands routed by their key's
 /// slot, the slot map read with `CLUSTER SLOTS` from a seed node and read again when Redis redirects (`MOVED`), when
 /// a master's connection goes down (a failover may have promoted a replica) and when a shard channel is taken from
-/// a subscriber (a slot moved). `ASK` (a slot being migrated) is followed for the one command.
+/// a subscriber (a slot moved). `ASK` (a slot being migrated) is followed for the one command, and `TRYAGAIN` (its
+/// keys split between the two masters) is waited out.
 ///
 /// SUBSCRIBE-family commands are split by slot and sent to each channel's master: the hub uses sharded pub/sub
 /// (`SSUBSCRIBE`, `SPUBLISH` inside its scripts) in a cluster, so an event travels only to the master of its stream's
@@ -76,6 +77,9 @@ public final class RedisClusterClient: RedisLink {
     /// lost master takes the whole link down and up again.
     private let subscriberRole: Bool
     private let maxRedirects = 5
+    /// `TRYAGAIN` answers waited out per command (20 ms apart, at the loop's timer precision): a migration moves a
+    /// slot's keys in batches of a few hundred, so this covers seconds.
+    private let maxTryAgain = 50
 
     /// Connections to the masters, by "host:port".
     private var masters: [String: RedisConnection] = [:]
@@ -136,21 +140,36 @@ public final class RedisClusterClient: RedisLink {
         route(arguments, slot: slot, redirects: 0, reply: reply)
     }
 
-    private func route(_ arguments: [String], slot: Int, redirects: Int, reply: @escaping RedisConnection.Reply) {
+    private func route(_ arguments: [String], slot: Int, redirects: Int, tries: Int = 0, reply: @escaping RedisConnection.Reply) {
         // Per slot: with one master down, the slots of the others are still served.
         guard mapped, state != .closed, let owner = slotOwner[slot], let c = masters[owner], c.state == .ready else {
             return reply(.failure(unavailable(slot: slot)))
         }
         c.send(arguments) { [weak self] result in
-            guard let self, case .failure(let error) = result, error.kind == .server,
-                  let redirect = Redirect(error.message), redirects < self.maxRedirects else { return reply(result) }
-            self.follow(redirect, arguments, redirects: redirects + 1, reply: reply)
+            guard let self, case .failure(let error) = result, error.kind == .server else { return reply(result) }
+            if self.tryAgainLater(error, arguments, slot: slot, tries: tries, reply: reply) { return }
+            guard let redirect = Redirect(error.message), redirects < self.maxRedirects else { return reply(result) }
+            self.follow(redirect, arguments, redirects: redirects + 1, tries: tries, reply: reply)
         }
+    }
+
+    /// `TRYAGAIN`: a command on several keys of a slot being migrated, some moved and some not. Redis ran nothing;
+    /// the command is sent again shortly (from the start: the slot may have moved meanwhile), a bounded number of
+    /// times, and only then answered with the error.
+    private func tryAgainLater(_ error: RedisError, _ arguments: [String], slot: Int, tries: Int,
+                               reply: @escaping RedisConnection.Reply) -> Bool {
+        guard error.message.hasPrefix("TRYAGAIN"), tries < maxTryAgain else { return false }
+        _ = loop.schedule(after: .milliseconds(20)) { [weak self] in
+            guard let self else { return reply(.failure(error)) }
+            self.route(arguments, slot: slot, redirects: 0, tries: tries + 1, reply: reply)
+        }
+        return true
     }
 
     /// `MOVED SLOT HOST:PORT` (the slot lives there now: remember it, read the whole map again, resend) or
     /// `ASK SLOT HOST:PORT` (the slot is being migrated and this key already moved: `ASKING`, then the command, there).
-    private func follow(_ redirect: Redirect, _ arguments: [String], redirects: Int, reply: @escaping RedisConnection.Reply) {
+    private func follow(_ redirect: Redirect, _ arguments: [String], redirects: Int, tries: Int,
+                        reply: @escaping RedisConnection.Reply) {
         guard redirect.slot >= 0, redirect.slot < RedisSlot.count else {
             return reply(.failure(RedisError(.protocolError, "redirect to slot \(redirect.slot)")))
         }
@@ -158,16 +177,17 @@ public final class RedisClusterClient: RedisLink {
         if redirect.moved {
             slotOwner[redirect.slot] = redirect.address
             scheduleRefresh(after: .zero)
-            if target.state == .ready { return route(arguments, slot: redirect.slot, redirects: redirects, reply: reply) }
+            if target.state == .ready { return route(arguments, slot: redirect.slot, redirects: redirects, tries: tries, reply: reply) }
             // A master not seen before: the refresh connects it; until then this command cannot be sent.
             return reply(.failure(unavailable()))
         }
         guard target.state == .ready else { return reply(.failure(unavailable())) }
         target.send(["ASKING"]) { _ in }
         target.send(arguments) { [weak self] result in
-            guard let self, case .failure(let error) = result, error.kind == .server,
-                  let again = Redirect(error.message), redirects < self.maxRedirects else { return reply(result) }
-            self.follow(again, arguments, redirects: redirects + 1, reply: reply)
+            guard let self, case .failure(let error) = result, error.kind == .server else { return reply(result) }
+            if self.tryAgainLater(error, arguments, slot: redirect.slot, tries: tries, reply: reply) { return }
+            guard let again = Redirect(error.message), redirects < self.maxRedirects else { return reply(result) }
+            self.follow(again, arguments, redirects: redirects + 1, tries: tries, reply: reply)
         }
     }
 
