@@ -11,13 +11,82 @@ import Synchronization
 ///     if case .event(let e) = element, e.type == "wallet_balance_changed" { balance = try e.decode(Wallet.self).balance }
 /// }
 /// ```
-public actor HubClient {
+///
+/// The app's handle on a `HubSession` (the actor that does the work): when the app lets go of it without `stop()`,
+/// the session is stopped and its connection closed (the session's own tasks keep the session alive, not this).
+public final class HubClient: Sendable {
     public typealias TokenProvider = @Sendable (TokenRequestReason) async throws -> String
 
-    public nonisolated let url: URL
-    public nonisolated let configuration: HubClientConfiguration
+    public let url: URL
+    public let configuration: HubClientConfiguration
+    let session: HubSession
+
+    /// - Parameters:
+    ///   - tokenProvider: returns a current access token (the app's REST refresh, the seeds' `TokenRefreshManager`).
+    ///     It is `@Sendable` and runs outside the client: an app's token manager must be an actor or `@MainActor`
+    ///     (or otherwise `Sendable`). Throwing ends the session: state `disconnected(.loggedOut)`, every stream ends.
+    ///   - transport: a new transport per connection; by default `POSIXTransport` on Linux, `URLSessionTransport`
+    ///     elsewhere.
+    public init(url: URL, configuration: HubClientConfiguration = HubClientConfiguration(),
+                transport: @escaping @Sendable () -> any HubTransport = HubClient.defaultTransport,
+                tokenProvider: @escaping TokenProvider) {
+        self.url = url
+        self.configuration = configuration
+        session = HubSession(url: url, configuration: configuration, transport: transport, tokenProvider: tokenProvider)
+    }
+
+    deinit {
+        let session = session
+        Task { await session.stop() }
+    }
+
+    @Sendable public static func defaultTransport() -> any HubTransport {
+        #if canImport(Glibc)
+        POSIXTransport()
+        #else
+        URLSessionTransport()
+        #endif
+    }
+
+    /// Connects, and keeps connecting until `stop()`, `suspend()` or a cause that retrying cannot fix.
+    public func start() async { await session.start() }
+    /// Closes (1000), stops reconnecting and ends the session: every subscription, state and error stream finishes.
+    /// Returns once the connection is closed (the close handshake, or at most about 2 s for a hub that does not
+    /// answer, then the socket is cut). A later `start()` begins a new session (subscribe again).
+    public func stop() async { await session.stop() }
+    /// The app goes to the background: closes the connection (1000) but keeps the subscriptions and their positions,
+    /// so `resume()` resubscribes with `since` and the hub replays what was missed. Returns once it is closed.
+    public func suspend() async { await session.suspend() }
+    /// Back in the foreground after `suspend()` (the same as `start()`).
+    public func resume() async { await session.start() }
+    /// The device's network changed: an open connection must answer a ping within `networkProbeTimeout` or is
+    /// replaced, and a client waiting to reconnect tries now.
+    public func networkChanged() async { await session.networkChanged() }
     /// The state now; `stateUpdates()` follows it.
-    public private(set) var currentState = HubConnectionState.disconnected(HubDisconnect(.notStarted, willRetry: false))
+    public var currentState: HubConnectionState { get async { await session.currentState } }
+    /// The connection's state: `currentState` first, then every change, for this observer alone. Finishes on
+    /// `stop()` and logout.
+    public func stateUpdates() async -> AsyncStream<HubConnectionState> { await session.stateUpdates() }
+    /// The hub's `error` replies that are not a subscribe's refusal, for this observer alone.
+    public func errors() async -> AsyncStream<HubError> { await session.errors() }
+    /// Events of `channels` for this connection's account, each once, in `seq` order per stream, across reconnects.
+    public func subscribe(_ channels: [String]) async -> HubSubscription { await session.subscribe(channels) }
+    /// The position kept for `channel`: (epoch, seq, broadcastSeq), nil before its first `subscribed` (or seed).
+    public func position(of channel: String) async -> (epoch: String, seq: UInt64, broadcastSeq: UInt64)? {
+        await session.position(of: channel)
+    }
+    /// Every position kept, to store (`Codable`) when the app goes to the background.
+    public func exportPositions() async -> HubPositions { await session.exportPositions() }
+    /// Positions stored by an earlier launch, used by the next subscribe of these channels (`since`).
+    public func seed(_ stored: HubPositions) async { await session.seed(stored) }
+}
+
+/// The connection, its runs, subscriptions and positions: everything `HubClient` does.
+actor HubSession {
+    typealias TokenProvider = HubClient.TokenProvider
+    nonisolated let url: URL
+    nonisolated let configuration: HubClientConfiguration
+    private(set) var currentState = HubConnectionState.disconnected(HubDisconnect(.notStarted, willRetry: false))
     private let tokenProvider: TokenProvider
     private let makeTransport: @Sendable () -> any HubTransport
 
@@ -52,33 +121,18 @@ public actor HubClient {
     private var wakeRequested = false
     private var probe: Task<Void, Never>?
 
-    /// - Parameters:
-    ///   - tokenProvider: returns a current access token (the app's REST refresh, the seeds' `TokenRefreshManager`).
-    ///     It is `@Sendable` and runs outside the actor: an app's token manager must be an actor or `@MainActor`
-    ///     (or otherwise `Sendable`). Throwing ends the session: state `disconnected(.loggedOut)`, every stream ends.
-    ///   - transport: a new transport per connection; by default `POSIXTransport` on Linux, `URLSessionTransport`
-    ///     elsewhere.
-    public init(url: URL, configuration: HubClientConfiguration = HubClientConfiguration(),
-                transport: @escaping @Sendable () -> any HubTransport = HubClient.defaultTransport,
-                tokenProvider: @escaping TokenProvider) {
+    init(url: URL, configuration: HubClientConfiguration, transport: @escaping @Sendable () -> any HubTransport,
+         tokenProvider: @escaping TokenProvider) {
         self.url = url
         self.configuration = configuration
         self.tokenProvider = tokenProvider
         self.makeTransport = transport
     }
 
-    @Sendable public static func defaultTransport() -> any HubTransport {
-        #if canImport(Glibc)
-        POSIXTransport()
-        #else
-        URLSessionTransport()
-        #endif
-    }
-
     // MARK: Lifecycle
 
     /// Connects, and keeps connecting until `stop()`, `suspend()` or a cause that retrying cannot fix.
-    public func start() {
+    func start() {
         guard stopped else { return }
         stopped = false
         attempt = 0
@@ -92,7 +146,7 @@ public actor HubClient {
     /// Returns once the connection is closed (the close handshake, or at most about 2 s for a hub that does not
     /// answer, then the socket is cut). Whatever the old run was waiting for (a token, a connect) changes nothing
     /// when it comes back. A later `start()` begins a new session (subscribe again).
-    public func stop() async {
+    func stop() async {
         await disconnect(HubDisconnect(.stopped, message: "stopped", willRetry: false))
         endSession()
     }
@@ -100,17 +154,17 @@ public actor HubClient {
     /// The app goes to the background: closes the connection (1000) but keeps the subscriptions and their positions,
     /// so `resume()` resubscribes with `since` and the hub replays what was missed. Returns once the connection is
     /// closed, like `stop()`.
-    public func suspend() async {
+    func suspend() async {
         await disconnect(HubDisconnect(.suspended, message: "suspended", willRetry: false))
     }
 
     /// Back in the foreground after `suspend()` (the same as `start()`).
-    public func resume() { start() }
+    func resume() { start() }
 
     /// The device's network changed (Wi-Fi to cellular, a VPN): a connection that may be dead is checked at once
     /// (a ping; no answer within `networkProbeTimeout` and it is replaced), and a client waiting to reconnect tries
     /// now. On Apple platforms `HubClient.monitorNetwork()` calls this from an `NWPathMonitor`.
-    public func networkChanged() {
+    func networkChanged() {
         guard !stopped else { return }
         if authenticated, let transport {
             log(.info, "network changed: checking the connection")
@@ -168,7 +222,7 @@ public actor HubClient {
 
     /// The connection's state: `currentState` first, then every change, for this observer alone (each call makes a
     /// new stream). Slow observers see the newest 32 changes. Finishes on `stop()` and logout.
-    public func stateUpdates() -> AsyncStream<HubConnectionState> {
+    func stateUpdates() -> AsyncStream<HubConnectionState> {
         let (stream, continuation) = AsyncStream.makeStream(of: HubConnectionState.self, bufferingPolicy: .bufferingNewest(32))
         let id = UUID()
         continuation.yield(currentState)
@@ -179,7 +233,7 @@ public actor HubClient {
 
     /// The hub's `error` replies that are not a subscribe's refusal (an in-band token refresh refused, …), for this
     /// observer alone. Finishes on `stop()` and logout.
-    public func errors() -> AsyncStream<HubError> {
+    func errors() -> AsyncStream<HubError> {
         let (stream, continuation) = AsyncStream.makeStream(of: HubError.self, bufferingPolicy: .bufferingNewest(32))
         let id = UUID()
         errorObservers[id] = continuation
@@ -195,7 +249,7 @@ public actor HubClient {
     /// Events of `channels` for this connection's account, each once, in `seq` order per stream, across reconnects.
     /// Ending the iteration (or cancelling its task) unsubscribes. At most `configuration.subscriptionBufferLimit`
     /// elements wait for the consumer; beyond that the client stops reading from the hub until it catches up.
-    public func subscribe(_ channels: [String]) -> HubSubscription {
+    func subscribe(_ channels: [String]) -> HubSubscription {
         let id = UUID()
         let keys = Array(Set(channels.map(ChannelKey.init))).sorted()
         let buffer = HubSubscriptionBuffer(limit: configuration.subscriptionBufferLimit) { [weak self] in
@@ -211,12 +265,12 @@ public actor HubClient {
     }
 
     /// The position kept for `channel`: (epoch, seq, broadcastSeq), nil before its first `subscribed` (or seed).
-    public func position(of channel: String) -> (epoch: String, seq: UInt64, broadcastSeq: UInt64)? {
+    func position(of channel: String) -> (epoch: String, seq: UInt64, broadcastSeq: UInt64)? {
         positions[ChannelKey(channel)].map { ($0.epoch, $0.seq, $0.broadcastSeq) }
     }
 
     /// Every position kept, to store (`Codable`) when the app goes to the background.
-    public func exportPositions() -> HubPositions {
+    func exportPositions() -> HubPositions {
         HubPositions(entries: positions.keys.sorted().compactMap { key in
             positions[key].map { HubPositions.Entry(channel: key.name, epoch: $0.epoch, seq: $0.seq, broadcastSeq: $0.broadcastSeq) }
         })
@@ -224,7 +278,7 @@ public actor HubClient {
 
     /// Positions stored by an earlier launch: the next subscribe of these channels asks the hub to replay from them
     /// (`since`). Call before `subscribe`; a channel the hub can no longer replay yields `.recoveryFailed`.
-    public func seed(_ stored: HubPositions) {
+    func seed(_ stored: HubPositions) {
         for entry in stored.entries {
             positions[ChannelKey(entry.channel)] = Position(epoch: entry.epoch, seq: entry.seq, broadcastSeq: entry.broadcastSeq)
         }
@@ -645,7 +699,7 @@ import Network
 extension HubClient {
     /// Calls `networkChanged()` whenever the device's network path changes (an `NWPathMonitor` on its own queue);
     /// cancel the returned monitor to stop.
-    public nonisolated func monitorNetwork() -> NWPathMonitor {
+    public func monitorNetwork() -> NWPathMonitor {
         let monitor = NWPathMonitor()
         // The first update is the current path: a check then costs one ping.
         monitor.pathUpdateHandler = { [weak self] path in

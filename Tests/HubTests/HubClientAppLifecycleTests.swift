@@ -52,6 +52,23 @@ import Testing
         #expect(await HubClientTests.until(5) { HubClientLifecycleTests.openConnections(hub) == 0 })
     }
 
+    /// An app that lets go of its client without `stop()` (a view model freed) leaves no connection behind.
+    @Test func aClientDroppedWithoutStopClosesItsConnection() async throws {
+        let hub = try HubProcess()
+        let mint = try HubClientTests.minter(hub)
+        var client: HubClient? = HubClient(url: URL(string: "ws://127.0.0.1:\(hub.port)/ws")!, configuration: Self.configuration()) { _ in
+            mint("acc_drop", 900)
+        }
+        let subscription = await client?.subscribe(["wallet_updates"])
+        let ended = Atomic<Bool>(false)
+        if let subscription { Task { for await _ in subscription {}; ended.store(true, ordering: .relaxed) } }
+        await client?.start()
+        #expect(await HubClientTests.until(10) { HubClientLifecycleTests.openConnections(hub) == 1 })
+        client = nil
+        #expect(await HubClientTests.until(10) { HubClientLifecycleTests.openConnections(hub) == 0 }, "the dropped client kept its connection")
+        #expect(await HubClientTests.until(5) { ended.load(ordering: .relaxed) }, "its subscription did not end")
+    }
+
     /// The token provider throws (the refresh token expired): `loggedOut`, not retried, and every stream ends.
     @Test func aFailingTokenProviderLogsOutAndEndsTheStreams() async throws {
         let hub = try HubProcess(["--token-warning", "50"])
