@@ -1,9 +1,8 @@
+import CLinux
 import Glibc
 
-/// Linux-only calls that Swift's Glibc module does not import (<sys/epoll.h>, <sys/eventfd.h> and
-/// `accept4`, which needs _GNU_SOURCE). We may not add a C shim target, so they are bound by symbol
-/// name. Every argument is an Int32 or a pointer, which the Swift and C calling conventions pass
-/// identically on x86_64 and arm64.
+/// Constants of the Linux-only calls (epoll, eventfd, accept4) that `CLinux` wraps. The loop lays out
+/// `struct epoll_event` by hand (it is packed on x86_64); `LinuxSyscallsTests` compares all of this with C's.
 enum LinuxSyscalls {
     static let EPOLLIN: UInt32 = 0x001
     static let EPOLLOUT: UInt32 = 0x004
@@ -26,17 +25,18 @@ enum LinuxSyscalls {
     static let epollDataOffset = epollEventSize - 8
 }
 
-@_silgen_name("epoll_create1")
-func sys_epoll_create1(_ flags: Int32) -> Int32
+func sys_epoll_create1(_ flags: Int32) -> Int32 { hub_epoll_create1(flags) }
 
-@_silgen_name("epoll_ctl")
-func sys_epoll_ctl(_ epfd: Int32, _ op: Int32, _ fd: Int32, _ event: UnsafeMutableRawPointer?) -> Int32
+func sys_epoll_ctl(_ epfd: Int32, _ op: Int32, _ fd: Int32, _ event: UnsafeMutableRawPointer?) -> Int32 {
+    hub_epoll_ctl(epfd, op, fd, event)
+}
 
-@_silgen_name("epoll_wait")
-func sys_epoll_wait(_ epfd: Int32, _ events: UnsafeMutableRawPointer?, _ maxEvents: Int32, _ timeout: Int32) -> Int32
+func sys_epoll_wait(_ epfd: Int32, _ events: UnsafeMutableRawPointer?, _ maxEvents: Int32, _ timeout: Int32) -> Int32 {
+    hub_epoll_wait(epfd, events, maxEvents, timeout)
+}
 
-@_silgen_name("eventfd")
-func sys_eventfd(_ initval: UInt32, _ flags: Int32) -> Int32
+func sys_eventfd(_ initval: UInt32, _ flags: Int32) -> Int32 { hub_eventfd(initval, flags) }
 
-@_silgen_name("accept4")
-func sys_accept4(_ fd: Int32, _ addr: UnsafeMutableRawPointer?, _ len: UnsafeMutablePointer<socklen_t>?, _ flags: Int32) -> Int32
+func sys_accept4(_ fd: Int32, _ addr: UnsafeMutableRawPointer?, _ len: UnsafeMutablePointer<socklen_t>?, _ flags: Int32) -> Int32 {
+    hub_accept4(fd, addr, len, flags)
+}
