@@ -14,18 +14,6 @@ import Testing
 ///
 /// Replay a run with `HUB_LIFECYCLE_SEED=N`; `HUB_LIFECYCLE_STEPS` (default 40) makes it longer.
 @Suite(.serialized) struct HubClientLifecycleDriverTests {
-    /// SplitMix64: a seeded generator whose sequence does not depend on the platform.
-    struct SeededGenerator: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
-
     /// What the token provider does next, drawn by the driver.
     final class TokenBehaviour: Sendable {
         enum Mode: Sendable { case ok, hang, late }
@@ -75,7 +63,7 @@ import Testing
         let environment = ProcessInfo.processInfo.environment
         let seed = environment["HUB_LIFECYCLE_SEED"].flatMap(UInt64.init) ?? UInt64.random(in: 1...UInt64(UInt32.max))
         let steps = environment["HUB_LIFECYCLE_STEPS"].flatMap(Int.init) ?? 40
-        var rng = SeededGenerator(state: seed)
+        var rng = SplitMix64(seed: seed)
         let replay = "replay with HUB_LIFECYCLE_SEED=\(seed)"
         print("lifecycle driver: seed \(seed), \(steps) steps")
 
