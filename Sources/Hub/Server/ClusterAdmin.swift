@@ -1,5 +1,5 @@
 /// Operator actions that reach across the cluster: `disconnect` on other nodes. (Cluster-wide views are
-/// `withOtherNodes` in HubCore; cluster-wide tails are in `PublishLedger` and `SocketConnection`.)
+/// `withOtherNodes` in HubCore+Admin; cluster-wide tails are in `PublishLedger` and `SocketConnection`.)
 extension HubCore {
     /// An operator's `disconnect`. Without a cluster, or for a connection id without `node`: this node's connections
     /// (connection ids are per node). An account without `node`: its connections on every live node, and
