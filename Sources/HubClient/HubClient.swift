@@ -412,20 +412,34 @@ actor HubSession {
     }
 
     /// `transport.connect`, given up after `timeout`: a transport blocked in a connect or handshake that never
-    /// answers is left to finish on its own (it then finds itself closed) while the client goes on.
+    /// answers is closed (which cuts the connect) while the client goes on.
     private static func connect(_ transport: any HubTransport, url: URL, within timeout: Duration) async throws {
         final class Outcome: Sendable {
             let waiting = Mutex<CheckedContinuation<Void, any Error>?>(nil)
-            func resume(_ result: Result<Void, any Error>) { waiting.withLock { $0.take() }?.resume(with: result) }
+            /// Whether this result was the first (the one the caller gets).
+            @discardableResult
+            func resume(_ result: Result<Void, any Error>) -> Bool {
+                guard let waiting = waiting.withLock({ $0.take() }) else { return false }
+                waiting.resume(with: result)
+                return true
+            }
         }
         let outcome = Outcome()
         let attempt = Task { try await transport.connect(url: url, protocols: ["hub.v1"]) }
         try await withCheckedThrowingContinuation { (done: CheckedContinuation<Void, any Error>) in
             outcome.waiting.withLock { $0 = done }
-            Task { outcome.resume(await attempt.result) }
-            Task {
+            let deadline = Task {
                 try? await Task.sleep(for: timeout)
-                outcome.resume(.failure(HubTransportError("not connected within \(timeout)")))
+                guard !Task.isCancelled else { return }
+                // Only when the deadline came first: the abandoned connect is cut (a POSIXTransport's blocked thread
+                // returns and closes its socket).
+                if outcome.resume(.failure(HubTransportError("not connected within \(timeout)"))) {
+                    await transport.close(code: 1000, reason: "connect timeout")
+                }
+            }
+            Task {
+                outcome.resume(await attempt.result)
+                deadline.cancel()
             }
         }
     }

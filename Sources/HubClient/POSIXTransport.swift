@@ -29,6 +29,9 @@ public final class POSIXTransport: HubTransport {
         var fd: Int32 = -1
         var closed = false
         var closeSent = false
+        /// The socket a connect is working on (before `fd` is set): `close` and `abort` cut it, so no connect thread
+        /// and no descriptor outlives them.
+        var connecting: Int32 = -1
         /// The TLS session of a `wss://` connection; released with the descriptor, by whoever closes it.
         var tls: TLSSession?
     }
@@ -80,11 +83,12 @@ public final class POSIXTransport: HubTransport {
             (done: CheckedContinuation<(Int32, [UInt8], TLSSession?), any Error>) in
             Thread.detachNewThread {
                 done.resume(with: Result {
-                    try Self.open(host: host, port: port, path: path, protocols: protocols, timeout: timeout, tls: options)
+                    try Self.open(host: host, port: port, path: path, protocols: protocols, timeout: timeout, tls: options, owner: self)
                 })
             }
         }
         let stillOpen = state.withLock { s -> Bool in
+            if s.connecting == fd { s.connecting = -1 }
             guard !s.closed else { return false }
             s.fd = fd
             s.tls = session
@@ -118,7 +122,10 @@ public final class POSIXTransport: HubTransport {
             return !s.closeSent && s.fd >= 0
         }
         if shouldSend { try? write(FrameEncoder.clientFrame(opcode: .close, payload: payload)) }
-        let fd = state.withLock { $0.fd }
+        let fd = state.withLock { s -> Int32 in
+            if s.fd < 0 { cutConnect(&s) }
+            return s.fd
+        }
         guard fd >= 0 else { return finish(code: code, reason: reason) }
         _ = shutdown(fd, Int32(SHUT_WR))
         let deadline = ContinuousClock.now + closeTimeout
@@ -139,8 +146,34 @@ public final class POSIXTransport: HubTransport {
     public func abort() {
         aborted.store(true, ordering: .relaxed)
         inbox.discard()  // a reader waiting for room goes on (and ends: the socket is shut down)
-        let fd = state.withLock { $0.fd }
+        let fd = state.withLock { s -> Int32 in
+            cutConnect(&s)
+            return s.fd
+        }
         if fd >= 0 { _ = shutdown(fd, Int32(SHUT_RDWR)) }
+    }
+
+    /// A connect in progress: its blocked connect, handshake or read returns at once and closes its socket. Under
+    /// the lock, as `closeConnecting`, so the number is still that socket's.
+    private func cutConnect(_ s: inout State) {
+        if s.connecting >= 0 { _ = shutdown(s.connecting, Int32(SHUT_RDWR)) }
+    }
+
+    /// Records the socket a connect works on; false once the transport is closed (the connect gives up).
+    fileprivate func startConnecting(_ fd: Int32) -> Bool {
+        state.withLock { s -> Bool in
+            guard !s.closed else { return false }
+            s.connecting = fd
+            return true
+        }
+    }
+
+    /// Closes a socket the connect gave up on, under the lock `cutConnect` uses.
+    fileprivate func closeConnecting(_ fd: Int32) {
+        state.withLock { s in
+            if s.connecting == fd { s.connecting = -1 }
+            _ = Glibc.close(fd)
+        }
     }
 
     // MARK: Socket work (blocking, off the cooperative pool)
@@ -307,7 +340,7 @@ public final class POSIXTransport: HubTransport {
     /// Connects (with a timeout), makes the TLS handshake when `tls` is set (`wss://`), and performs the opening
     /// handshake; returns the socket, bytes read past the 101, and the TLS session.
     private static func open(host: String, port: Int, path: String, protocols: [String], timeout: Double,
-                             tls: TLSOptions?) throws -> (Int32, [UInt8], TLSSession?) {
+                             tls: TLSOptions?, owner: POSIXTransport) throws -> (Int32, [UInt8], TLSSession?) {
         let context = try tls.map { try TLSContext(caFile: $0.caFile) }
         var hints = addrinfo()
         hints.ai_family = AF_UNSPEC
@@ -324,6 +357,10 @@ public final class POSIXTransport: HubTransport {
             candidate = ai.pointee.ai_next
             let fd = socket(ai.pointee.ai_family, ai.pointee.ai_socktype | Int32(SOCK_CLOEXEC.rawValue), ai.pointee.ai_protocol)
             guard fd >= 0 else { continue }
+            guard owner.startConnecting(fd) else {
+                _ = Glibc.close(fd)
+                throw HubTransportError("closed while connecting")
+            }
             var tv = timeval(tv_sec: Int(timeout), tv_usec: 0)
             setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
             setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
@@ -331,7 +368,7 @@ public final class POSIXTransport: HubTransport {
             setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
             if Glibc.connect(fd, ai.pointee.ai_addr, ai.pointee.ai_addrlen) != 0 {
                 lastError = String(cString: strerror(errno))
-                _ = Glibc.close(fd)
+                owner.closeConnecting(fd)
                 continue
             }
             do {
@@ -352,7 +389,7 @@ public final class POSIXTransport: HubTransport {
                 }
                 return (fd, leftover, session)
             } catch {
-                _ = Glibc.close(fd)
+                owner.closeConnecting(fd)
                 throw error
             }
         }

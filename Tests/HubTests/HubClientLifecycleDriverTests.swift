@@ -5,18 +5,21 @@ import Synchronization
 import Testing
 @testable import Hub
 
-/// A seeded random driver of `HubClient`'s lifecycle against the real hub behind a proxy that cuts connections:
-/// start, stop, suspend, resume, networkChanged, unsubscribe and subscribe again, cuts, `hubctl disconnect`, graceful
-/// hub restarts, and a token provider that succeeds, hangs or answers late, while a publisher keeps publishing.
+/// A seeded random driver of `HubClient`'s lifecycle against the real hub behind a proxy that cuts and stalls
+/// connections: start, stop, suspend, resume, networkChanged, unsubscribe and subscribe again, flurries of these,
+/// cuts, stalls of 0.2-4 s (a black hole past the probe and ping timeouts), `hubctl disconnect`, graceful hub
+/// restarts, and a token provider that succeeds, hangs, answers late or fails (a logout, after which the app logs in
+/// again), while a publisher keeps publishing.
 /// Checked throughout and at the end: the hub never holds two connections of the client for long; within each
 /// subscription every event comes once, in seq order, with no gap unless the client was told `.recoveryFailed`;
-/// the client's state agrees with the hub's view; after `stop()` the hub holds nothing of the client.
+/// the client's state agrees with the hub's view; after `stop()` the hub holds nothing of the client, the client no
+/// socket and no stream.
 ///
 /// Replay a run with `HUB_LIFECYCLE_SEED=N`; `HUB_LIFECYCLE_STEPS` (default 40) makes it longer.
 @Suite(.serialized) struct HubClientLifecycleDriverTests {
     /// What the token provider does next, drawn by the driver.
     final class TokenBehaviour: Sendable {
-        enum Mode: Sendable { case ok, hang, late }
+        enum Mode: Sendable { case ok, hang, late, fail }
         let mode = Mutex(Mode.ok)
         let asked = Atomic<Int>(0)
     }
@@ -89,6 +92,7 @@ import Testing
             case .ok: break
             case .hang: try await Task.sleep(for: .milliseconds(1500))  // past nothing: the connect timeout is 3 s
             case .late: try await Task.sleep(for: .milliseconds(Int.random(in: 50...800)))
+            case .fail: throw CancellationError()  // the refresh token expired: the session ends (loggedOut)
             }
             return mint(account, 900)
         }
@@ -155,7 +159,7 @@ import Testing
                                       "--listen", "127.0.0.1:\(port)"])
                 hubSocket.withLock { $0 = hub.socketPath }
             case 55..<70:
-                let mode: TokenBehaviour.Mode = [.ok, .hang, .late].randomElement(using: &rng) ?? .ok
+                let mode: TokenBehaviour.Mode = [.ok, .ok, .hang, .late, .fail].randomElement(using: &rng) ?? .ok
                 action = "tokens \(mode)"
                 tokens.mode.withLock { $0 = mode }
             case 78..<88:
@@ -171,6 +175,10 @@ import Testing
                     try await Task.sleep(for: .milliseconds(Int.random(in: 0...30, using: &rng)))
                 }
                 action = "flurry \(calls)"
+            case 88..<94:
+                let seconds = Double(Int.random(in: 2...40, using: &rng)) / 10
+                action = "stall \(seconds) s"
+                proxy.stall(for: seconds)
             case 70..<78:
                 action = "unsubscribe+subscribe"
                 // The consumer goes away (its iteration ends, the client unsubscribes); a new one starts afresh.
@@ -181,6 +189,15 @@ import Testing
             }
             log.append("\(step): \(action)")
             try await Task.sleep(for: .milliseconds(Int.random(in: 20...250, using: &rng)))
+            // A provider that failed logged the user out: the session ended, every stream with it. The app logs in
+            // again: a working provider, a new subscription, start.
+            if await client.currentState.disconnect?.reason == .loggedOut {
+                tokens.mode.withLock { $0 = .ok }
+                await subscribeNew()
+                await client.start()
+                running = true
+                log.append("\(step): logged out; logged in again")
+            }
             // Never two connections for long: a second one may overlap the first only while the hub notices a cut.
             if let n = Self.connections(hub, account: account), n > 1 {
                 try await Task.sleep(for: .milliseconds(600))
@@ -213,6 +230,8 @@ import Testing
         }
         await client.stop()
         #expect(await HubClientTests.until(5) { Self.connections(hub, account: account) == 0 }, "stop() left a connection; \(replay)")
+        #expect(await HubClientTests.until(5) { HubClientTLSTests.socketsTo(port: proxy.port) == 0 },
+                "a socket of the client outlived stop(): \(HubClientTLSTests.socketsTo(port: proxy.port)); \(replay)")
         #expect(await HubClientTests.until(5) { sessions.allSatisfy { $0.ended.load(ordering: .relaxed) } }, "a stream outlived stop(); \(replay)")
         #expect(tokens.asked.load(ordering: .relaxed) > 0)
         _ = retired

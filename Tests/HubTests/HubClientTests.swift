@@ -250,6 +250,7 @@ final class CuttingProxy: @unchecked Sendable {
     private var cutting = false
     private var running = true
     private var cutCount = 0
+    private var stalledUntil = Date.distantPast
     var cuts: Int { lock.lock(); defer { lock.unlock() }; return cutCount }
 
     init(target: Int) throws {
@@ -286,6 +287,14 @@ final class CuttingProxy: @unchecked Sendable {
     }
 
     func stopCutting() { lock.lock(); cutting = false; lock.unlock() }
+
+    /// Holds every byte in both directions for `seconds` (a stalled network: reads go on until the buffers fill,
+    /// nothing is forwarded; long enough, a black hole), then forwards again.
+    func stall(for seconds: Double) {
+        lock.lock(); stalledUntil = max(stalledUntil, Date().addingTimeInterval(seconds)); lock.unlock()
+    }
+
+    private var isStalled: Bool { lock.lock(); defer { lock.unlock() }; return Date() < stalledUntil }
 
     /// Cuts every open connection once.
     func cutNow() {
@@ -328,6 +337,7 @@ final class CuttingProxy: @unchecked Sendable {
         copying: while true {
             let n = buffer.withUnsafeMutableBytes { read(source, $0.baseAddress, $0.count) }
             if n <= 0 { break }
+            while isStalled { usleep(10_000) }
             var offset = 0
             while offset < n {
                 let w = buffer.withUnsafeBytes { send(sink, $0.baseAddress! + offset, n - offset, Int32(MSG_NOSIGNAL)) }
