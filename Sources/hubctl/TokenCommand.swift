@@ -1,5 +1,6 @@
 import Foundation
 import Hub
+import HubAuth
 
 enum TokenCommand {
     static let spec = CommandSpec("token", valueFlags: ["ttl", "secret-file", "state-dir"], positionals: ["ACCOUNT"])

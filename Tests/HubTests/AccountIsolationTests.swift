@@ -1,6 +1,12 @@
 import Foundation
 import Testing
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
+@testable import HubSupport
 
 /// Pairs of account ids that Swift's `String ==` treats as equal (canonical equivalence) but whose bytes differ.
 /// They are different accounts: RFC 7519 §7.3 compares claim values with no normalisation (issue 14, break 1).

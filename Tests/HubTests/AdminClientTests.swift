@@ -1,6 +1,9 @@
 import Foundation
 import Testing
 @testable import Hub
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubRouting
 #if canImport(Glibc)
 import Glibc
 #endif

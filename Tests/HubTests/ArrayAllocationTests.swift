@@ -1,5 +1,7 @@
 import Testing
-@testable import Hub
+@testable import HubCluster
+@testable import HubJSON
+@testable import HubSupport
 
 /// The specialised replacements for `Array(repeating:count:)` make the same arrays, and `appendZeros` appends exactly
 /// `n` zeros after what is there, also past the 4 KiB zero page it copies from.

@@ -1,6 +1,9 @@
 import Foundation
 import Testing
 @testable import Hub
+@testable import HubAuth
+@testable import HubJSON
+@testable import HubRouting
 
 @Test func authFailureCodes() {
     for reason in AuthFailure.Reason.allCases {

@@ -1,6 +1,12 @@
 import Foundation
 import Testing
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
+@testable import HubSupport
 
 private typealias F = AuthFixtures
 private let now: Int64 = 1_800_000_000

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Hub
+@testable import HubAuth
 
 /// Not a timed assertion: prints the per-token cost of the HS256 verify path and of its parts so
 /// regressions are visible in test logs. Release-build numbers are in JWTVerifier.swift's header

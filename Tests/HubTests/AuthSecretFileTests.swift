@@ -2,6 +2,10 @@ import Foundation
 import Glibc
 import Testing
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubJSON
+@testable import HubRouting
 
 private func mode(_ path: String) -> mode_t {
     var info = stat()

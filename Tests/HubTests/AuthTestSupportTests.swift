@@ -1,6 +1,11 @@
 import Foundation
 import Testing
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubJSON
+@testable import HubRouting
+@testable import HubSupport
 
 /// Shared fixtures for the Auth tests: keys generated once per test run with the `openssl` CLI.
 enum AuthFixtures {

@@ -1,5 +1,9 @@
 import Testing
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubJSON
+@testable import HubRouting
 
 private enum Expect: Sendable, Equatable {
     case token(String)

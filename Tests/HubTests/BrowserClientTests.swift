@@ -1,6 +1,8 @@
 import Foundation
 import Testing
 @testable import Hub
+@testable import HubEngine
+@testable import HubRouting
 
 /// The JavaScript client (`clients/js/hub-client.js`) in real headless Chromium (Debian's `chromium`) against the
 /// hub binary: `Tests/browser/browser_test.py` drives the browser over the DevTools protocol and checks exact

@@ -2,6 +2,12 @@ import Foundation
 import Glibc
 import Testing
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
+@testable import HubSupport
 
 /// Cluster mode with hostile identifiers, through real hubs and a real redis-server: the second red team's breaks
 /// (canonically equivalent accounts merged inside a node; an account id with newlines filed under another account)

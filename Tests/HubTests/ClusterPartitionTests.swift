@@ -2,6 +2,11 @@ import Foundation
 import Glibc
 import Testing
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
 
 /// A node cut off from Redis by a real network partition: node B runs in its own network namespace, reaching Redis
 /// over one veth pair (the link the test takes down) and its clients over another. Needs root and iproute2

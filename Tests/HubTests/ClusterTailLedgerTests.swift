@@ -1,6 +1,10 @@
 import Foundation
 import Testing
 @testable import Hub
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
 
 /// The publish ledger's side of cluster-wide tails, without sockets: which of this node's events are forwarded to
 /// another node's tail, the per-second allowance and its `skipped` report, and leases that end unless renewed.

@@ -4,6 +4,12 @@ import Synchronization
 import Testing
 import WSProtocol
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
+@testable import HubSupport
 
 /// Cluster mode through real binaries: three `hub --broker unix://…` processes sharing one real `redis-server`.
 /// Isolation and per-stream order across nodes, truthful `delivered`, resume on another node, and Redis going away.
@@ -69,8 +75,8 @@ struct ClusterTests {
         let b2 = try c.client(2, "acc_B")
         // Publishers on two nodes at once, both streams, interleaved.
         let perPublisher = 200
-        let failures = Mutex<[String]>([])
-        let replies = Mutex<[Int: [[String: Any]]]>([:])
+        let failures = LockedValue<[String]>([])
+        let replies = LockedValue<[Int: [[String: Any]]]>([:])
         DispatchQueue.concurrentPerform(iterations: 2) { p in
             do {
                 let admin = try c.nodes[p].admin()
@@ -201,7 +207,7 @@ struct ClusterTests {
         let first = try RedisServer(directory: directory, arguments: arguments)
         let c = try Self.cluster(2, redis: first, layout: layout)
         let ws = try c.client(1, "acc_M")
-        let acknowledged = Mutex<[Int: Int]>([:])  // event number → seq
+        let acknowledged = LockedValue<[Int: Int]>([:])  // event number → seq
         let stop = Atomic<Bool>(false)
         let refusals = Atomic<Int>(0)
         let publisher = Thread {

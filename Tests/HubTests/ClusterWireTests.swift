@@ -1,5 +1,11 @@
 import Testing
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
+@testable import HubSupport
 
 /// The cluster wire format (`ClusterWire`): length-prefixed fields, so an id's bytes can never end a field early.
 @Suite struct ClusterWireTests {

@@ -2,6 +2,11 @@ import Foundation
 import Glibc
 import Testing
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
 
 /// The configuration file: keys and types, precedence (flags > environment > file > defaults), clear errors,
 /// `check-config`, `default-config`, and what SIGHUP reloads.

@@ -3,6 +3,11 @@ import Synchronization
 import Testing
 import WSProtocol
 @testable import Hub
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
+@testable import HubSupport
 
 /// Replays the corpora of the whole-connection fuzz targets (`Fuzz/run Client`, `Fuzz/run Socket`) through the same
 /// driver the fuzzers use (Support/ConnectionHarness.swift): the real `ClientConnection` and `SocketConnection` behind a

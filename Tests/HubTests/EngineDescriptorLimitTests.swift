@@ -1,6 +1,11 @@
 import Glibc
 import Testing
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
 
 /// Real EMFILE, not injected: the process's RLIMIT_NOFILE is lowered, which would break tests
 /// running in parallel, so the parent test re-runs this test binary as a child process with only

@@ -3,6 +3,10 @@ import Glibc
 import Synchronization
 import Testing
 @testable import Hub
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubRouting
+@testable import HubSupport
 
 @Suite("Event loop and timers")
 struct EngineLoopTests {

@@ -2,6 +2,12 @@ import Glibc
 import Synchronization
 import Testing
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
+@testable import HubSupport
 
 /// Blocking loopback client helpers for engine tests. Every socket gets 10 s send/receive timeouts
 /// so a broken engine fails a test instead of hanging it.

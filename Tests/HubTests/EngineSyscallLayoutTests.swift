@@ -1,6 +1,6 @@
 import CLinux
 import Testing
-@testable import Hub
+@testable import HubEngine
 
 /// The epoll event layout and the flag values the loop writes by hand (`LinuxSyscalls`) are C's own, read from the
 /// headers through `CLinux`.

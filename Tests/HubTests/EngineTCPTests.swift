@@ -3,6 +3,12 @@ import Glibc
 import Synchronization
 import Testing
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
+@testable import HubSupport
 
 /// Handler that ignores input and records closes (for write-side tests).
 final class SinkHandler: ConnectionHandler {

@@ -1,6 +1,11 @@
 import Glibc
 import Testing
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
 
 @Suite("Unix listener", .serialized)
 struct EngineUnixTests {

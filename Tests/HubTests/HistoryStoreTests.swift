@@ -3,6 +3,12 @@ import COpenSSL
 import Synchronization
 import Testing
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
+@testable import HubSupport
 
 /// The history store and the idempotency table, without sockets (the process-level behaviour is in
 /// IntegrationRecoveryTests; the state file in StateFileTests.swift, the local broker in LocalBrokerTests.swift).

@@ -4,6 +4,11 @@ import Glibc
 import Synchronization
 import Testing
 @testable import Hub
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
+@testable import HubSupport
 
 /// What an app builds on besides delivery, against the real hub: `stop()` and a logout end every stream;
 /// `suspend()`/`resume()` keep subscriptions and replay what was missed; positions exported, stored as JSON and

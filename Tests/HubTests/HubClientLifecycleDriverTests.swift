@@ -4,6 +4,11 @@ import Glibc
 import Synchronization
 import Testing
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubRouting
+@testable import HubSupport
 
 /// A seeded random driver of `HubClient`'s lifecycle against the real hub behind a proxy that cuts and stalls
 /// connections: start, stop, suspend, resume, networkChanged, unsubscribe and subscribe again, flurries of these,

@@ -4,6 +4,9 @@ import Glibc
 import Synchronization
 import Testing
 @testable import Hub
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubRouting
 
 /// `HubClient`'s defects from the app-shaped tests, each against the real hub: an app's background/foreground
 /// `stop()`/`start()` racing a late token answer, a channel the hub does not serve among valid ones, a token the hub

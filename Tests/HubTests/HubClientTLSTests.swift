@@ -4,6 +4,11 @@ import Glibc
 import Synchronization
 import Testing
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
 
 /// `POSIXTransport` over `wss://` (OpenSSL), against the real hub binary's TLS listener with certificates from a test
 /// CA made with the `openssl` CLI: `HubClient` delivers exact bytes by DNS name and by IP address; a certificate from

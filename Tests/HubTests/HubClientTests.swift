@@ -4,6 +4,12 @@ import HubClient
 import Synchronization
 import Testing
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
+@testable import HubSupport
 
 /// `HubClient` (the Swift client library, `Sources/HubClient/`) with its POSIX transport against the real hub binary:
 /// delivery and isolation, refresh before expiry, the 4001 path, a graceful restart resumed without a gap, a

@@ -1,6 +1,8 @@
 import Foundation
 import Testing
 @testable import Hub
+@testable import HubEngine
+@testable import HubRouting
 
 /// `--channels` names each channel once: a repeated name is a mistake in the operator's list (a typo for
 /// another channel, a merge of two lists), so the hub refuses to start instead of quietly dropping it.

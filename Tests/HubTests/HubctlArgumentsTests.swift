@@ -1,5 +1,6 @@
 import Testing
 @testable import Hub
+@testable import HubEngine
 
 /// The parser with a command table shaped like hubctl's.
 @Suite struct HubctlArgumentsTests {

@@ -1,6 +1,10 @@
 import Foundation
 import Testing
 @testable import Hub
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
 
 /// Control characters in client- and backend-supplied strings are made visible in hubctl's human output
 /// (docs/HUBCTL.md, "Control characters"); `--json` stays byte-exact.

@@ -2,6 +2,11 @@ import COpenSSL
 import Foundation
 import Testing
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
 
 @Suite struct HubctlTokenTests {
     static func base64URLDecode(_ text: Substring) -> Data? {

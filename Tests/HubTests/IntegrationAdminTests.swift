@@ -2,6 +2,10 @@ import Foundation
 import Glibc
 import Testing
 @testable import Hub
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
 
 /// The admin requests on the Unix socket against known state.
 @Suite struct IntegrationAdminTests {

@@ -2,6 +2,11 @@ import Foundation
 import Glibc
 import Testing
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
 
 /// Token verification configured on the real binary: public keys (and algorithm confusion), issuer and
 /// audience, nbf, HUB_JWT_SECRET.

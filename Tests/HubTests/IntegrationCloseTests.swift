@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import WSProtocol
 @testable import Hub
+@testable import HubEngine
 
 @Suite struct IntegrationCloseTests {
     /// Bytes behind a client's close frame in the same read are not read (RFC 6455 5.5.1): the close is echoed

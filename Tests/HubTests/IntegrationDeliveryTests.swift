@@ -2,6 +2,12 @@ import Foundation
 import Glibc
 import Testing
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
+@testable import HubSupport
 
 /// Publish → receive through the real binary: exact frames, sequence numbers, delivered counts, isolation.
 @Suite struct IntegrationDeliveryTests {

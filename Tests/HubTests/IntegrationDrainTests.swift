@@ -2,6 +2,9 @@ import Foundation
 import Glibc
 import Testing
 @testable import Hub
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubRouting
 import WSProtocol
 
 /// SIGTERM drains instead of dropping everyone at once: `/readyz` turns 503 at once, `/healthz` stays 200, new

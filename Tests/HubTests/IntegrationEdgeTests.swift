@@ -3,6 +3,12 @@ import Glibc
 import Testing
 import WSProtocol
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
+@testable import HubSupport
 
 /// Edges of the contract: concurrent publishers, absent data, CRLF lines, size and subscription limits,
 /// publishing while the hub shuts down.

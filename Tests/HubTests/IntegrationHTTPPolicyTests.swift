@@ -3,6 +3,11 @@ import Glibc
 import Testing
 import WSProtocol
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
 
 /// The HTTP-level observations of the red-team report (issue 14): Host, absolute-form targets, duplicate
 /// Authorization, Origin, per-account connection limits, and the cost of a handshake that never completes.

@@ -3,6 +3,10 @@ import Glibc
 import Testing
 import WSProtocol
 @testable import Hub
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
 
 /// Frames that must fail the connection, sent the way an attacker found crashed the hub (issue 8): one octet per
 /// TCP segment. The hub used to answer 1002, keep feeding the failed reader, parse the next octet without the

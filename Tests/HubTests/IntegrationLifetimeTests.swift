@@ -3,6 +3,12 @@ import Glibc
 import Testing
 import WSProtocol
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
+@testable import HubSupport
 
 /// Token expiry and refresh, heartbeats, slow consumers, connection limits, the handshake timeout.
 @Suite struct IntegrationLifetimeTests {
@@ -280,7 +286,7 @@ import WSProtocol
     /// descriptor another loop freed for an instant) does not end the burst; a second without a refusal does. (CI
     /// once logged a burst twice that way: `descriptorExhaustionAnswers503AndRecovers` saw 2 lines.)
     @Test func descriptorExhaustionIsLoggedOncePerBurst() throws {
-        let lines = Mutex<[String]>([])
+        let lines = LockedValue<[String]>([])
         let loop = try EventLoop(configuration: testLoopConfiguration())
         defer { loop.stop(); loop.join() }
         let context = LoopContext(loop: loop, channelCount: 1)

@@ -2,6 +2,10 @@ import Foundation
 import Glibc
 import Testing
 @testable import Hub
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
 
 /// The real binary's log: JSON by default when stderr is not a terminal, greppable for the same text, and debug
 /// lines about connections carrying their fields.

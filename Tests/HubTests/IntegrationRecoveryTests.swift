@@ -3,6 +3,12 @@ import Glibc
 import Synchronization
 import Testing
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
+@testable import HubSupport
 
 /// Recovery through the real binary: positions, resume with `since` under load, the failure reasons, graceful
 /// restarts, kill -9, idempotent publishes, the history's memory cap, the state file, and the operator views.

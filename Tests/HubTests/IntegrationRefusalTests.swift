@@ -3,6 +3,12 @@ import Glibc
 import Testing
 import WSProtocol
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
+@testable import HubSupport
 
 /// A subscribed client that must keep receiving while other clients misbehave: after every bad input the test
 /// publishes to it and expects exactly the next event of its stream (so a stray event would also fail).

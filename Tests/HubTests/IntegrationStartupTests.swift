@@ -2,6 +2,11 @@ import Foundation
 import Glibc
 import Testing
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
 
 /// The real `hub` binary: zero-config startup, HTTP endpoints, graceful shutdown.
 @Suite struct IntegrationStartupTests {

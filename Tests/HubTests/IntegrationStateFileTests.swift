@@ -2,6 +2,11 @@ import Foundation
 import Glibc
 import Testing
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
 
 /// The state file and the secret file against the real binary, as an operator's machine can leave them: a state
 /// directory the hub cannot write, a FIFO, a sparse file, loose owners and modes, a symlink, numbering at the edge,

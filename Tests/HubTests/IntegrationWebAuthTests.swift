@@ -2,6 +2,11 @@ import Foundation
 import Glibc
 import Testing
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
 import WSProtocol
 
 /// What a web app needs (issue 16), against the real binary: first-message auth (the upgrade carries no token; the

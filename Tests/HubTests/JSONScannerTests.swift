@@ -1,6 +1,10 @@
 import Foundation
 import Testing
 @testable import Hub
+@testable import HubCluster
+@testable import HubJSON
+@testable import HubRouting
+@testable import HubSupport
 
 /// Validates `bytes`; returns the top-level value or the error.
 func scanJSON(_ bytes: [UInt8], maxDepth: Int = JSONScanner.defaultMaxDepth) -> Result<JSONValue, JSONError> {

@@ -1,6 +1,11 @@
 import Foundation
 import Testing
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubJSON
+@testable import HubRouting
+@testable import HubSupport
 
 struct JSONWriterTests {
     func text(_ w: JSONWriter) -> String { String(decoding: w.bytes, as: UTF8.self) }

@@ -2,6 +2,11 @@ import Foundation
 import Glibc
 import Testing
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
 
 /// One hub per port (issue 14, break 3): two hubs started at the same moment on the same port must not both run
 /// (the kernel would split the clients between them while the backend publishes into one). Real binaries.

@@ -3,6 +3,11 @@ import COpenSSL
 import Synchronization
 import Testing
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubRouting
+@testable import HubSupport
 
 // The local broker's publish and attach paths, without sockets.
 

@@ -3,6 +3,11 @@ import Glibc
 import Synchronization
 import Testing
 @testable import Hub
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
+@testable import HubSupport
 
 /// The logger on its own: both formats, levels, fields, and the log options' parsing.
 @Suite struct LogFormatTests {

@@ -2,6 +2,10 @@ import Foundation
 import Glibc
 import Testing
 @testable import Hub
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
 
 /// The signals an operator sends by habit (docs/OPERATIONS.md, "Signals"), against the real binary: none of them
 /// stops the hub except SIGTERM and SIGINT.

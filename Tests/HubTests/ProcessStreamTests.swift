@@ -2,6 +2,11 @@ import Foundation
 import Glibc
 import Testing
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
 
 /// The real `hub` started with its stderr closed (`2>&-`) or as a pipe whose reader the test closes, so there is no
 /// log file to read the startup line from: the port comes from `{"op":"stats"}` on the socket instead.

@@ -1,6 +1,10 @@
 import Foundation
 import Testing
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubJSON
+@testable import HubRouting
 
 func parseClient(_ text: String) -> Result<ClientMessage, ClientProtocolError> {
     do throws(ClientProtocolError) { return .success(try ClientMessage.parse(Array(text.utf8))) } catch {

@@ -1,6 +1,8 @@
 import Foundation
 import Testing
 @testable import Hub
+@testable import HubCluster
+@testable import HubJSON
 
 /// What the engine does around `LineFramer`: the bytes a scan leaves (an incomplete line) are kept and handed back
 /// in front of the next chunk. Returns each line (nil for a too-long one) and how many bytes are kept after each

@@ -1,6 +1,10 @@
 import Foundation
 import Testing
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubJSON
+@testable import HubRouting
 
 func parseSocket(_ text: String) -> Result<ParsedSocketRequest, SocketRequestError> {
     do throws(SocketRequestError) { return .success(try SocketRequest.parse(line: Array(text.utf8))) } catch {

@@ -1,6 +1,10 @@
 import Foundation
 import Testing
 @testable import Hub
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -1,5 +1,10 @@
 import Testing
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
 
 /// What the engine does around `RESPDecoder`: bytes the decoder did not consume are kept and handed back in front of
 /// the next chunk. Returns the values, and the bytes still held at the end.

@@ -3,6 +3,12 @@ import Synchronization
 import Testing
 import WSProtocol
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
+@testable import HubSupport
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -422,8 +428,8 @@ struct HubsOnRedisClusterTests {
         // Publishers on both nodes at once, in two rounds. Between them the slot of acc_0's stream moves to another
         // master (so every later acc_0 event comes from there); during the second, acc_1's slot moves too.
         let perPublisher = 120
-        let failures = Mutex<[String]>([])
-        let replies = Mutex<[[String: Any]]>([])
+        let failures = LockedValue<[String]>([])
+        let replies = LockedValue<[[String: Any]]>([])
         @Sendable func slot(_ account: String) -> Int { RedisSlot.of(streams.metaKey(.init(channel: "wallet_updates", account: account))) }
         func round(_ range: Range<Int>, alongside: (@Sendable () throws -> Void)? = nil) {
             DispatchQueue.concurrentPerform(iterations: 3) { p in

@@ -1,6 +1,8 @@
 import Foundation
 import Testing
 @testable import Hub
+@testable import HubCluster
+@testable import HubEngine
 
 @Suite("Redis node registry against a real redis-server", .serialized)
 struct RedisNodesTests {

@@ -2,6 +2,12 @@ import Foundation
 import Synchronization
 import Testing
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
+@testable import HubSupport
 
 @Suite("Redis streams: key layout")
 struct RedisStreamsKeyTests {

@@ -1,5 +1,11 @@
 import Testing
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
+@testable import HubSupport
 
 final class FakeSubscriber: ChannelMember {
     let name: String

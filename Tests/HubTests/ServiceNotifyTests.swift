@@ -2,6 +2,11 @@ import Foundation
 import Glibc
 import Testing
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
 
 /// A Unix datagram socket standing in for the service manager's `$NOTIFY_SOCKET`.
 final class NotifySocket: @unchecked Sendable {

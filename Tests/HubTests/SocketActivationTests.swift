@@ -3,6 +3,12 @@ import Glibc
 import Synchronization
 import Testing
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
+@testable import HubSupport
 
 /// Plays the service manager for socket activation: binds the client port and the Unix socket once, keeps them for
 /// the whole test, and starts `hub` processes that get them as descriptors 3 and 4 (`LISTEN_FDS`, `LISTEN_PID`,

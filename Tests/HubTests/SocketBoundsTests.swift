@@ -2,6 +2,11 @@ import Foundation
 import Glibc
 import Testing
 @testable import Hub
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
+@testable import HubSupport
 
 /// The Unix socket's memory bound, against the real binary (issue 14, break 2): a peer that floods requests and
 /// never reads its replies costs the hub a bounded amount of memory, and other socket connections keep publishing.

@@ -3,6 +3,12 @@ import COpenSSL
 import Synchronization
 import Testing
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
+@testable import HubSupport
 
 /// The state file's encoding, without a process (IntegrationStateFileTests runs the hub).
 @Suite struct StateFileTests {

@@ -3,6 +3,11 @@ import Foundation
 import Glibc
 import Testing
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
 
 /// TLS at its edges, against the real binary: a wss:// client at a plain port, a TLS client at the connection
 /// limit, and records a TLS stack would not send (over 2^14 + 1 bytes inside, KeyUpdates bundled or in a flood),

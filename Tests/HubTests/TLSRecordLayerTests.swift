@@ -2,6 +2,11 @@ import COpenSSL
 import Glibc
 import Testing
 @testable import Hub
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
+@testable import HubSupport
 
 /// The hub's TLS 1.3 record layer alone, between two mirror-image layers (server and client keys swapped) over a
 /// socketpair: the fuzzer's corpus replayed through its scenario, and properties the scenario does not spell out.

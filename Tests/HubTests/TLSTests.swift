@@ -3,6 +3,12 @@ import Foundation
 import Glibc
 import Testing
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
+@testable import HubSupport
 
 /// The hub serving wss:// itself (`--tls-cert`/`--tls-key`), against the real binary: Python's `websockets` over
 /// TLS trusting a CA the test makes with the `openssl` CLI, the engine's own TLS client, `openssl s_client`, the

@@ -4,7 +4,7 @@
 //   swift run -c release --package-path Benchmarks BrokerBench [off|on|one]
 //   swift run -c release --package-path Benchmarks BrokerBench memory [STREAMS] [PER_STREAM] [PADDING]
 import Glibc
-import Hub
+import HubRouting
 
 func cpuNanoseconds() -> Double {
     var ts = timespec()

@@ -1,6 +1,6 @@
 import Foundation
 import Glibc
-import Hub
+import HubEngine
 
 struct WorkerLine: Codable {
     var ev: String

@@ -1,6 +1,6 @@
 import Foundation
 import Glibc
-import Hub
+import HubEngine
 
 /// Publish counters (loop-owned; copied out with `snapshot`).
 struct PublishStats {

@@ -1,5 +1,5 @@
 import Foundation
-import Hub
+import HubAuth
 
 /// The server under test, as the load generator sees it.
 ///  - `hub`: our hub; subscribe by message; publish on its Unix socket (NDJSON, pipelined).

@@ -1,6 +1,6 @@
 import Foundation
 import Glibc
-import Hub
+import HubEngine
 import WSProtocol
 
 /// What a worker process is told (one JSON argument).

@@ -1,5 +1,6 @@
 #if canImport(Glibc)
 import Glibc
+import HubAuth
 #endif
 
 /// What went wrong talking to the hub's Unix socket. `description` is a sentence an operator can act on.

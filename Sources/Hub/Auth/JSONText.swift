@@ -1,6 +1,8 @@
+import HubJSON
+
 /// The only JSON the Auth module touches: an in-place object reader for tokens and a tiny deterministic writer for
 /// token minting and error bodies.
-enum JSONText {
+package enum JSONText {
     enum NumberResult: Equatable {
         case value(Int64)
         case notANumber
@@ -103,7 +105,7 @@ enum JSONText {
     }
 
     /// A JSON string literal, quotes included: the hub's one JSON escaper (`JSONWriter.string`).
-    static func quote(_ text: String) -> String {
+    package static func quote(_ text: String) -> String {
         var w = JSONWriter(capacity: text.utf8.count + 8)
         w.string(text)
         return String(decoding: w.takeBytes(), as: UTF8.self)

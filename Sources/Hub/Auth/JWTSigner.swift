@@ -1,3 +1,5 @@
+import HubSupport
+
 /// Mints compact JWS JWTs: HS256 from a shared secret (`hubctl token`), RS256/ES256 from a
 /// private key PEM (tests and tooling). The header is `{"alg":"…","typ":"JWT"}` plus `kid` if set.
 public struct JWTSigner: Sendable {

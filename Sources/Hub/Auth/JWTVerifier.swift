@@ -1,3 +1,5 @@
+import HubSupport
+
 /// Key material a `JWTVerifier` trusts. The key alone decides the accepted algorithm:
 /// `hmacSecret` → HS256, an RSA public key → RS256, a P-256 EC public key → ES256.
 public enum JWTKey: Sendable {
@@ -128,7 +130,7 @@ public struct JWTVerifier: Sendable {
         guard let algValue = header[0], let alg = header.string(algValue) else {
             throw AuthFailure(.malformed, "access token header has no alg")
         }
-        guard ExactString(alg) == ExactString(algorithm.rawValue) else {
+        guard Self.sameBytes(alg, algorithm.rawValue) else {
             throw AuthFailure(.algorithmNotAllowed, "access token algorithm is not accepted; this hub requires \(algorithm.rawValue)")
         }
         if let typValue = header[1] {
@@ -205,8 +207,8 @@ public struct JWTVerifier: Sendable {
             }
             tokenIssuer = value
         }
-        // RFC 7519 §7.3: claim values compare with no normalisation, so by bytes (`ExactString`), not `String` ==.
-        if let issuer, tokenIssuer.map({ ExactString($0) }) != ExactString(issuer) {
+        // RFC 7519 §7.3: claim values compare with no normalisation, so by bytes, not `String` ==.
+        if let issuer, !(tokenIssuer.map { Self.sameBytes($0, issuer) } ?? false) {
             throw AuthFailure(.wrongIssuer, "access token was not issued by the expected issuer")
         }
 
@@ -220,7 +222,7 @@ public struct JWTVerifier: Sendable {
                 throw AuthFailure(.invalidClaim, "access token aud claim must be a string or an array of strings")
             }
         }
-        if let audience, !tokenAudience.contains(where: { ExactString($0) == ExactString(audience) }) {
+        if let audience, !tokenAudience.contains(where: { Self.sameBytes($0, audience) }) {
             throw AuthFailure(.wrongAudience, "access token is not intended for this service (aud)")
         }
 
@@ -240,4 +242,9 @@ public struct JWTVerifier: Sendable {
         return VerifiedToken(subject: subject, expiresAt: expiresAt, issuedAt: issuedAt, notBefore: notBefore,
                              issuer: tokenIssuer, audience: tokenAudience, tokenID: tokenID, algorithm: algorithm)
     }
+}
+
+extension JWTVerifier {
+    /// Claim values and algorithm names compare by UTF-8 bytes: `String` == would equate canonically equivalent text.
+    static func sameBytes(_ a: String, _ b: String) -> Bool { a.utf8.elementsEqual(b.utf8) }
 }

@@ -1,5 +1,6 @@
 import COpenSSL
 import Glibc
+import HubSupport
 
 public struct SecretFileError: Error, Sendable, Equatable, CustomStringConvertible {
     public let message: String
@@ -57,20 +58,6 @@ public enum SecretFile {
         let errnoValue: Int32
     }
 
-    /// Why a secret or state file cannot be trusted, or nil: another user than this process's (or root) owns it, or
-    /// group or others may write it. Whoever can write it can mint tokens (a secret) or rewind numbering (a state
-    /// file), as ssh refuses a private key that others can change.
-    static func ownershipProblem(_ info: stat) -> String? {
-        let owner = info.st_uid
-        if owner != geteuid() && owner != 0 {
-            return "it is owned by uid \(owner), not by the hub's user (uid \(geteuid())) or root"
-        }
-        if info.st_mode & (S_IWGRP | S_IWOTH) != 0 {
-            return "group or others may write it (mode \(String(info.st_mode & 0o777, radix: 8))); chmod go-w it"
-        }
-        return nil
-    }
-
     /// Checks a file that another library opens itself (the TLS certificate and key): a regular file, not blocking
     /// (a FIFO), not writable by others. Throws what is wrong.
     public static func checkTrusted(path: String, what: String) throws(SecretFileError) {
@@ -80,7 +67,7 @@ public enum SecretFile {
         var info = stat()
         guard fstat(fd, &info) == 0 else { throw SecretFileError("cannot stat \(what) \(path): \(describe(errno))") }
         guard info.st_mode & S_IFMT == S_IFREG else { throw SecretFileError("\(what) \(path) is not a regular file") }
-        if let problem = ownershipProblem(info) { throw SecretFileError("\(what) \(path) is refused: \(problem)") }
+        if let problem = FileTrust.ownershipProblem(info) { throw SecretFileError("\(what) \(path) is refused: \(problem)") }
     }
 
     private static func readFile(path: String, what: String = "secret file") -> Result<Loaded, ReadFailure> {
@@ -99,7 +86,7 @@ public enum SecretFile {
         guard info.st_mode & S_IFMT == S_IFREG else {
             return .failure(ReadFailure(error: SecretFileError("\(what) \(path) is not a regular file"), errnoValue: 0))
         }
-        if let problem = ownershipProblem(info) {
+        if let problem = FileTrust.ownershipProblem(info) {
             return .failure(ReadFailure(error: SecretFileError("\(what) \(path) is refused: \(problem)"), errnoValue: 0))
         }
         guard info.st_size <= maximumFileBytes else {

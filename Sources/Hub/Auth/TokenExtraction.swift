@@ -40,7 +40,7 @@ public enum TokenExtraction {
     /// The bearer token of an upgrade request, handed to `body` as bytes: for a plain header or query value, the
     /// request head's own bytes, so no `String` is made of a token the verifier only reads. Values with
     /// non-ASCII bytes or a CR go through the `Character` rules. `accessTokenQuery`: the form-decoded value.
-    static func withBearerToken<R>(authorizationHeader: ArraySlice<UInt8>?, accessTokenQuery: UnsafeBufferPointer<UInt8>?,
+    package static func withBearerToken<R>(authorizationHeader: ArraySlice<UInt8>?, accessTokenQuery: UnsafeBufferPointer<UInt8>?,
                                    _ body: (UnsafeBufferPointer<UInt8>) -> Result<R, AuthFailure>) -> Result<R, AuthFailure> {
         let plain = withBuffer(authorizationHeader) { header in bearerToken(header: header, query: accessTokenQuery, body) }
         if let plain { return plain }

@@ -330,8 +330,8 @@ public final class Connection {
         setInterest(interest | Epoll.readable)
         if (spillCount > 0 || tlsHasPending) && !redeliveryScheduled {
             redeliveryScheduled = true
-            let me = WeakConnection(self)
-            loop.execute { me.value?.redeliver() }
+            let me = LoopBound(Weak(self), loop: loop)
+            loop.execute { me.value.object?.redeliver() }
         }
     }
 
@@ -436,8 +436,8 @@ public final class Connection {
         }
         if state == .open && !readingPaused && tlsHasPending {
             // Out of budget with records already read from the socket: epoll will not say so; come back.
-            let me = WeakConnection(self)
-            loop.execute { me.value?.continueReading() }
+            let me = LoopBound(Weak(self), loop: loop)
+            loop.execute { me.value.object?.continueReading() }
         }
     }
 
@@ -698,9 +698,3 @@ extension Connection: LoopSelectable {
 
 @available(*, unavailable)
 extension Connection: Sendable {}
-
-/// A weak reference to a connection for a job its own loop runs later (never dereferenced elsewhere).
-private struct WeakConnection: @unchecked Sendable {
-    weak var value: Connection?
-    init(_ value: Connection) { self.value = value }
-}

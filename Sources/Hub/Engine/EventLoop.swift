@@ -1,6 +1,7 @@
 import COpenSSL
 import Dispatch
 import Glibc
+import HubSupport
 import Synchronization
 
 /// Something the loop delivers epoll events to (a connection, a listener). Loop thread only.
@@ -74,7 +75,7 @@ public final class EventLoop: @unchecked Sendable {
     public let configuration: Configuration
     let epoll: Epoll
     private let wakeFD: Int32
-    private let inbox = Mutex(Inbox())
+    private let inbox = LockedValue(Inbox())
     /// Whether the loop is marked asleep (blocked, or about to block, in `epoll_wait`): a job posted now arrives
     /// outside any inbox run (tests that count skipped polls wait for this).
     var isAsleep: Bool { inbox.withLock { $0.sleeping } }
@@ -138,10 +139,10 @@ public final class EventLoop: @unchecked Sendable {
     private let ownership = Atomic<Int>(1)
     /// The thread running the loop on its behalf, while one does (0 otherwise): `inEventLoop` is true there.
     private let borrower = Atomic<UInt>(0)
-    private let joined = Mutex(false)
+    private let joined = LockedValue(false)
 
-    /// Loop-wide timer wheel for deadlines; loop thread only.
-    public let timers: TimerWheel
+    /// Loop-wide timer wheel for deadlines; loop thread only, reached through the loop's timer methods.
+    let timers: TimerWheel
     /// The one receive buffer of this loop (handed to handlers in place).
     let readBuffer: UnsafeMutableRawBufferPointer
     /// Scratch iovec array for `writev`.
@@ -273,7 +274,7 @@ public final class EventLoop: @unchecked Sendable {
     /// while this loop sleeps, it may run on that thread at the end of its iteration instead of waking this one
     /// (`runBorrowed`), if that thread has time to spare. Everything the job touches must be this loop's or
     /// thread-safe, as for any job; `inEventLoop` is true for this loop while it runs.
-    func executeBorrowable(_ work: @escaping @Sendable () -> Void) {
+    package func executeBorrowable(_ work: @escaping @Sendable () -> Void) {
         _ = tryExecute(work, borrowable: true)
     }
 
@@ -305,7 +306,7 @@ public final class EventLoop: @unchecked Sendable {
     public func submitAndWait<T: Sendable>(_ work: @escaping @Sendable () throws -> T) throws -> T {
         precondition(!inEventLoop, "submitAndWait on the loop's own thread would deadlock")
         let done = DispatchSemaphore(value: 0)
-        let result = Mutex<Result<T, any Error>?>(nil)
+        let result = LockedValue<Result<T, any Error>?>(nil)
         let accepted = tryExecute {
             let r = Result { try work() }
             result.withLock { $0 = r }
@@ -348,7 +349,7 @@ public final class EventLoop: @unchecked Sendable {
     // MARK: Loop thread
 
     @inline(__always)
-    func assertInLoop(_ file: StaticString = #fileID, _ line: UInt = #line) {
+    package func assertInLoop(_ file: StaticString = #fileID, _ line: UInt = #line) {
         assert(inEventLoop, "loop-bound API used off the loop thread", file: file, line: line)
     }
 
@@ -358,6 +359,19 @@ public final class EventLoop: @unchecked Sendable {
         assertInLoop()
         return timers.schedule(afterNanos: delay.engineNanos, action)
     }
+
+    /// `schedule(after:)` for a delay already in nanoseconds (deadlines kept as `nowNanos`-based numbers).
+    @discardableResult
+    public func schedule(afterNanos delay: UInt64, _ action: @escaping () -> Void) -> TimerHandle {
+        assertInLoop()
+        return timers.schedule(afterNanos: delay, action)
+    }
+
+    /// This iteration's time, read once after `epoll_wait`: what deadlines count from (up to one iteration old).
+    public var nowNanos: UInt64 { timers.nowNanos }
+
+    /// The timer wheel's precision: a timer fires up to one tick late.
+    public var timerTickNanos: UInt64 { timers.tickNanos }
 
     /// Runs `action` every `interval` (rounded to whole ticks) until the handle is cancelled.
     @discardableResult
@@ -378,8 +392,14 @@ public final class EventLoop: @unchecked Sendable {
     /// the idle-timeout path). Returns false if it already fired or was cancelled.
     @discardableResult
     public func reschedule(_ timer: TimerHandle, after delay: Duration) -> Bool {
+        reschedule(timer, afterNanos: delay.engineNanos)
+    }
+
+    /// `reschedule(_:after:)` for a delay in nanoseconds.
+    @discardableResult
+    public func reschedule(_ timer: TimerHandle, afterNanos delay: UInt64) -> Bool {
         assertInLoop()
-        return timers.reschedule(timer, afterNanos: delay.engineNanos)
+        return timers.reschedule(timer, afterNanos: delay)
     }
 
     /// Cancels a timer; harmless on a stale or `.none` handle.
@@ -657,7 +677,7 @@ public final class EventLoop: @unchecked Sendable {
 
 extension Duration {
     /// Whole nanoseconds, saturating; negative durations are zero.
-    var engineNanos: UInt64 {
+    package var engineNanos: UInt64 {
         let (s, atto) = components
         if s < 0 { return 0 }
         return UInt64(s).multipliedReportingOverflow(by: 1_000_000_000).partialValue &+ UInt64(atto / 1_000_000_000)

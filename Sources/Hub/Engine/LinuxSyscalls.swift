@@ -3,7 +3,7 @@ import Glibc
 
 /// Constants of the Linux-only calls (epoll, eventfd, accept4) that `CLinux` wraps. The loop lays out
 /// `struct epoll_event` by hand (it is packed on x86_64); `LinuxSyscallsTests` compares all of this with C's.
-enum LinuxSyscalls {
+package enum LinuxSyscalls {
     static let EPOLLIN: UInt32 = 0x001
     static let EPOLLOUT: UInt32 = 0x004
     static let EPOLLERR: UInt32 = 0x008
@@ -13,7 +13,7 @@ enum LinuxSyscalls {
     static let EPOLL_CTL_ADD: Int32 = 1
     static let EPOLL_CTL_DEL: Int32 = 2
     static let EPOLL_CTL_MOD: Int32 = 3
-    static let CLOEXEC: Int32 = 0o2000000  // EPOLL_CLOEXEC == EFD_CLOEXEC == O_CLOEXEC
+    package static let CLOEXEC: Int32 = 0o2000000  // EPOLL_CLOEXEC == EFD_CLOEXEC == O_CLOEXEC
     static let NONBLOCK: Int32 = 0o4000    // EFD_NONBLOCK == O_NONBLOCK
 
     /// `struct epoll_event` is packed (12 bytes) on x86_64 and naturally aligned (16) elsewhere.

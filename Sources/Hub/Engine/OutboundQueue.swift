@@ -1,5 +1,6 @@
 import COpenSSL
 import Glibc
+import HubSupport
 
 /// The bytes a connection still owes its peer: references to shared immutable buffers plus an
 /// offset into the first one, flushed with `sendmsg` (a `writev` with MSG_NOSIGNAL), or with `send`

@@ -1,5 +1,6 @@
 import COpenSSL
 import Glibc
+import HubSupport
 import Synchronization
 
 /// A TLS configuration (OpenSSL's `SSL_CTX`) that connections are made from: a server identity (certificate chain
@@ -22,7 +23,7 @@ import Synchronization
 /// (OpenSSL counts references), new ones get the new pair. A pair that fails to load leaves the old one in place.
 public final class TLSContext: @unchecked Sendable {
     /// The current `SSL_CTX`; swapped under the lock on reload.
-    private let current: Mutex<OpaquePointer>
+    private let current: LockedValue<OpaquePointer>
     let isServer: Bool
     /// Written, in the clear, to a peer that speaks plain HTTP to a TLS port (servers only).
     let plaintextAnswer: [UInt8]
@@ -30,7 +31,7 @@ public final class TLSContext: @unchecked Sendable {
     let serverName: String?
 
     private init(ctx: OpaquePointer, isServer: Bool, plaintextAnswer: [UInt8], serverName: String?) {
-        current = Mutex(ctx)
+        current = LockedValue(ctx)
         self.isServer = isServer
         self.plaintextAnswer = plaintextAnswer
         self.serverName = serverName

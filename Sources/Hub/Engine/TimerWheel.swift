@@ -272,3 +272,10 @@ public final class TimerWheel {
 
 @available(*, unavailable)
 extension TimerWheel: Sendable {}
+
+/// Seconds since the Unix epoch, with sub-second precision.
+package func wallClockSeconds() -> Double {
+    var ts = timespec()
+    clock_gettime(CLOCK_REALTIME, &ts)
+    return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+}

@@ -1,3 +1,5 @@
+import HubSupport
+
 /// An append-only JSON writer into a reusable `[UInt8]`.
 ///
 /// Commas are automatic: after `beginObject`/`beginArray` nothing needs one, after a key nothing needs one,
@@ -65,7 +67,7 @@ public struct JSONWriter: Sendable {
     /// Makes room for `n` more bytes and runs `body` with a pointer to the first free byte; `body` returns how
     /// many bytes it wrote (at most `n`).
     @inlinable @inline(__always)
-    mutating func write(upTo n: Int, _ body: (UnsafeMutablePointer<UInt8>) -> Int) {
+    package mutating func write(upTo n: Int, _ body: (UnsafeMutablePointer<UInt8>) -> Int) {
         if count &+ n > storage.count { grow(minimum: count &+ n) }
         let c = count
         let written = storage.withUnsafeMutableBufferPointer { body($0.baseAddress.unsafelyUnwrapped + c) }
@@ -411,7 +413,7 @@ public struct JSONWriter: Sendable {
     }
 
     /// How many bytes `string(_:)` writes between the quotes.
-    static func escapedLength(_ s: String) -> Int {
+    package static func escapedLength(_ s: String) -> Int {
         var s = s
         return s.withUTF8 { escapedLength(UnsafeRawBufferPointer($0)) }
     }

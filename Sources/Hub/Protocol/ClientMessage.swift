@@ -1,3 +1,6 @@
+import HubJSON
+import HubRouting
+
 /// Parsing of the client protocol (docs/PROTOCOL.md section 1.2): one JSON object per WebSocket text message.
 
 /// A JSON value kept as its raw bytes (already validated), for echoing an `id` as the client sent it.

@@ -1,3 +1,5 @@
+import HubJSON
+
 /// Encoders for the hub's replies to clients (docs/PROTOCOL.md sections 1.2 and 1.3). Each writes one complete
 /// JSON object into the writer (after `reset()` by the caller when reusing it); field order follows the doc.
 public enum ClientReplies {

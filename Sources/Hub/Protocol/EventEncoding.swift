@@ -1,3 +1,5 @@
+import HubJSON
+
 /// Builds an event's WebSocket-ready payload once, to be shared by all its recipients (docs/PROTOCOL.md 1.3):
 ///
 ///     {"type":T,"channel":C,"seq":N,"data":<raw>}

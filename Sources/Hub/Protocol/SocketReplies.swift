@@ -1,3 +1,6 @@
+import HubJSON
+import HubRouting
+
 /// Reply lines of the Unix-socket protocol (docs/PROTOCOL.md section 2). Each function writes one JSON object
 /// followed by `\n` into the writer (appending: several replies may be batched into one buffer for one write).
 /// The echoed `id`, when given, is the last member.

@@ -1,4 +1,8 @@
 import Dispatch
+import HubEngine
+import HubJSON
+import HubRouting
+import HubSupport
 import Synchronization
 import WSProtocol
 
@@ -24,41 +28,6 @@ public struct RedisBrokerOptions: Sendable {
     public init(endpoint: RedisEndpoint) {
         self.endpoint = endpoint
     }
-}
-
-/// Counters of the cluster broker (loop thread writes, any thread reads).
-public struct ClusterStatistics: Sendable {
-    public var nodeID = ""
-    /// The command connection is up (HELLO done).
-    public var connected = false
-    /// The subscriber connection is up and subscribed (to the followed streams' channels, or every shard channel).
-    public var subscribed = false
-    public var lastError: String? = nil
-    public var published = 0
-    public var publishFailures = 0
-    /// Fan-out messages received from Redis, and those for streams no connection of this node follows.
-    public var received = 0
-    public var ignored = 0
-    /// Messages at or below what the node already delivered (a gap fill overlapping live messages).
-    public var duplicates = 0
-    /// Gaps seen in a stream's numbering, filled from the stream history, and events replayed by those fills.
-    public var gaps = 0
-    public var filledEvents = 0
-    /// Events a gap fill could not find any more (trimmed from the history): lost to this node's clients.
-    public var unfillable = 0
-    /// Streams whose epoch changed while followed (their keys expired or Redis lost them).
-    public var epochChanges = 0
-    /// Events of followed streams this node could not decode (written by a node of another version, or damaged).
-    public var undecodable = 0
-    public var reconnects = 0
-    /// Round trips of publish scripts: count and summed nanoseconds, and the largest.
-    public var publishRoundTrips = 0
-    public var publishNanos: UInt64 = 0
-    public var publishMaxNanos: UInt64 = 0
-    public var followedStreams = 0
-
-    /// Both connections are up: publishes and subscribes work, and events arrive.
-    public var healthy: Bool { connected && subscribed }
 }
 
 /// Cluster-wide tails (`hubctl tail` on one node shows the events published on every node): a node with a tail
@@ -98,9 +67,9 @@ public final class RedisBroker: Broker, @unchecked Sendable {
     private let controlChannelBytes: [UInt8]
     let loop: EventLoop
     private let log: @Sendable (String) -> Void
-    private let stats: Mutex<ClusterStatistics>
+    private let stats: LockedValue<ClusterStatistics>
     /// The node's description in the registry (a JSON object: listen address, connections…), asked at each heartbeat.
-    private let nodeInfo = Mutex<@Sendable (@escaping @Sendable (String) -> Void) -> Void>({ $0("{}") })
+    private let nodeInfo = LockedValue<@Sendable (@escaping @Sendable (String) -> Void) -> Void>({ $0("{}") })
 
     // Loop thread only.
     private var commands: (any RedisLink)? = nil
@@ -136,9 +105,9 @@ public final class RedisBroker: Broker, @unchecked Sendable {
     private var asking: [UInt64: Asking] = [:]
     private var nextAskID: UInt64 = 0
     /// Answers another node's admin request with this node's own view (set by the hub).
-    private let controlHandler = Mutex<@Sendable ([UInt8], @escaping @Sendable ([UInt8]) -> Void) -> Void>({ _, done in done([]) })
+    private let controlHandler = LockedValue<@Sendable ([UInt8], @escaping @Sendable ([UInt8]) -> Void) -> Void>({ _, done in done([]) })
     /// Receives the cluster-wide tail messages of other nodes (set by the hub).
-    private let tailHandler = Mutex<@Sendable (TailMessage) -> Void>({ _ in })
+    private let tailHandler = LockedValue<@Sendable (TailMessage) -> Void>({ _ in })
 
     private final class Asking {
         var waiting: Set<String>
@@ -205,7 +174,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
         self.log = log
         var s = ClusterStatistics()
         s.nodeID = nodeID
-        stats = Mutex(s)
+        stats = LockedValue(s)
         self.loop = loop
     }
 
@@ -406,7 +375,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
                         idempotencyKey: draft.idempotencyKey?.string)
         }
         if loop.inEventLoop { return publishOnLoop(items, completion: completion) }
-        let box = LoopOwned(items)
+        let box = LoopBound(items, loop: loop)
         loop.execute { [unowned self] in self.publishOnLoop(box.value, completion: completion) }
     }
 
@@ -735,7 +704,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
     // MARK: Subscriptions
 
     public func attach(_ reads: [StreamRead], completion: @escaping @Sendable (Result<[StreamPosition], BrokerFailure>) -> Void) {
-        let box = LoopOwned(reads)
+        let box = LoopBound(reads, loop: loop)
         loop.execute { [unowned self] in self.attachOnLoop(box.value, completion: completion) }
     }
 

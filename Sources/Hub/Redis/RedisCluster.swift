@@ -1,3 +1,5 @@
+import HubEngine
+
 /// Redis Cluster's key slots: CRC16 (XMODEM: polynomial 0x1021, initial 0) of the key, or of its hash tag (the
 /// bytes between the first `{` and the first `}` after it, when not empty), modulo 16384.
 public enum RedisSlot {

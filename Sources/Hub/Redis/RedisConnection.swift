@@ -1,4 +1,6 @@
 import Glibc
+import HubEngine
+import HubRouting
 
 /// Why a Redis command or connection failed.
 public struct RedisError: Error, Sendable, Equatable, CustomStringConvertible {

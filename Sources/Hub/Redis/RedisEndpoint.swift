@@ -1,4 +1,6 @@
 import Glibc
+import HubEngine
+import HubJSON
 
 /// Where Redis is, from the operator's URL:
 /// - `redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]`: TCP; HOST is an IPv4 literal, `[IPv6]` or `localhost` (no DNS, as

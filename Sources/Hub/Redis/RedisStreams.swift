@@ -1,3 +1,4 @@
+import HubRouting
 import WSProtocol
 
 /// Numbering, history and fan-out of event streams kept in Redis: the Redis side of the cluster broker

@@ -6,7 +6,8 @@ import Glibc
 /// (`63 61 66 65 cc 81`) are `==` and hash alike, and so are U+00C5 and U+212B, or a Hangul syllable and its jamo.
 /// Identifiers must not work that way: RFC 7519 §7.3 compares claim values with no normalisation, so two account ids
 /// are one account only when their bytes are equal. Every identifier that a client, a token or the backend supplies
-/// and that the hub compares (account ids, channel names) goes through this type.
+/// and that the hub compares (account ids, channel names) goes through this type. Its comparisons are `@inlinable`:
+/// every dictionary probe of a stream, subscription or account key in the other modules runs them.
 public struct ExactString: Hashable, Comparable, Sendable, CustomStringConvertible, ExpressibleByStringLiteral {
     /// The identifier as received (its bytes are kept as they are: Swift never normalises a string's storage).
     public let string: String
@@ -16,7 +17,7 @@ public struct ExactString: Hashable, Comparable, Sendable, CustomStringConvertib
 
     public var description: String { string }
 
-    public static func == (a: ExactString, b: ExactString) -> Bool {
+    @inlinable public static func == (a: ExactString, b: ExactString) -> Bool {
         // The same representation is the same bytes: a short id (up to 15 bytes) is stored inline in the string's
         // two words, so two equal short ids are equal words, and two copies of one long id share its buffer. This
         // is the first step of `String`'s own `==` too; anything else is compared byte by byte below (one
@@ -41,11 +42,11 @@ public struct ExactString: Hashable, Comparable, Sendable, CustomStringConvertib
     }
 
     /// Byte order (UTF-8 order is code point order), for stable listings.
-    public static func < (a: ExactString, b: ExactString) -> Bool {
+    @inlinable public static func < (a: ExactString, b: ExactString) -> Bool {
         a.string.utf8.lexicographicallyPrecedes(b.string.utf8)
     }
 
-    public func hash(into hasher: inout Hasher) {
+    @inlinable public func hash(into hasher: inout Hasher) {
         // One hashing function for every storage: a string without contiguous UTF-8 is made contiguous first,
         // so equal bytes always feed the hasher the same way.
         if let hashed: Void = string.utf8.withContiguousStorageIfAvailable({ hasher.combine(bytes: UnsafeRawBufferPointer($0)) }) {

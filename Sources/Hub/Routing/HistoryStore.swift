@@ -1,4 +1,6 @@
 import Glibc
+import HubEngine
+import HubJSON
 
 /// Limits of the retained history (`--history-size`, `--history-ttl`, `--history-memory`).
 public struct HistoryLimits: Sendable, Equatable {
@@ -43,7 +45,7 @@ public struct RetainedEvent: Sendable {
         self.dataStart = UInt32(clamping: min(dataStart, max(0, frame.count - 1)))
     }
 
-    init(_ event: PublishedEvent) {
+    package init(_ event: PublishedEvent) {
         self.init(frame: event.frame, seq: event.seq, acceptedAt: event.acceptedAt, dataStart: event.dataRange.lowerBound)
     }
 
@@ -75,7 +77,7 @@ public struct RetainedEvent: Sendable {
     }
 
     /// Wall-clock seconds when it was accepted, from its age on the monotonic clock.
-    func wallTime(wallNow: Double = wallClockSeconds(), monotonicNow: UInt64 = monotonicNanos()) -> Double {
+    package func wallTime(wallNow: Double = wallClockSeconds(), monotonicNow: UInt64 = monotonicNanos()) -> Double {
         wallNow - Double(monotonicNow > acceptedAt ? monotonicNow - acceptedAt : 0) / 1e9
     }
 }

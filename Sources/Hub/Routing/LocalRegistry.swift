@@ -13,19 +13,19 @@ public protocol ChannelMember: AnyObject {
 /// Two indexes: by (channel, account) for account events, and by channel for broadcasts. Each subscriber also
 /// keeps its own channel set, so a disconnect costs time in proportion to that connection's subscriptions only.
 public struct LocalRegistry<Subscriber: ChannelMember> {
-    private var byAccount: [SubscriptionKey: SubscriberSet<Subscriber>] = [:]
+    @usableFromInline var byAccount: [SubscriptionKey: SubscriberSet<Subscriber>] = [:]
     /// Per channel, every subscriber, each of which keeps its own position in the list (`ChannelMember`): no
     /// position map, whose probes into a table of every connection were the largest user-space item of a
     /// connection's set-up and close natively.
-    private var byChannel: [SubscriberSet<Subscriber>]
+    @usableFromInline var byChannel: [SubscriberSet<Subscriber>]
 
-    public init(channelCount: Int) {
+    @inlinable public init(channelCount: Int) {
         byChannel = Array(repeating: SubscriberSet(), count: channelCount)
     }
 
     /// Subscribes; returns false when it was already subscribed.
     @discardableResult
-    public mutating func subscribe(_ subscriber: Subscriber, account: AccountID, channel: Int) -> Bool {
+    @inlinable public mutating func subscribe(_ subscriber: Subscriber, account: AccountID, channel: Int) -> Bool {
         guard subscriber.channelPosition(channel) == nil else { return false }
         subscriber.setChannelPosition(byChannel[channel].append(subscriber), channel)
         byAccount[SubscriptionKey(channel: channel, account: account), default: SubscriberSet()].insert(subscriber)
@@ -34,7 +34,7 @@ public struct LocalRegistry<Subscriber: ChannelMember> {
 
     /// Unsubscribes; returns false when it was not subscribed.
     @discardableResult
-    public mutating func unsubscribe(_ subscriber: Subscriber, account: AccountID, channel: Int) -> Bool {
+    @inlinable public mutating func unsubscribe(_ subscriber: Subscriber, account: AccountID, channel: Int) -> Bool {
         guard let recorded = subscriber.channelPosition(channel) else { return false }
         let position = locate(subscriber, channel: channel, recorded: recorded)
         subscriber.setChannelPosition(nil, channel)
@@ -51,7 +51,7 @@ public struct LocalRegistry<Subscriber: ChannelMember> {
     /// Where `subscriber` is in channel `channel`'s list: its recorded position, which is the truth; a scan backs
     /// it up should it ever not be (a test build's assert says so). Not mutating: the list is not held across the
     /// removal that follows, which would make that copy the array.
-    private func locate(_ subscriber: Subscriber, channel: Int, recorded: Int) -> Int? {
+    @inlinable func locate(_ subscriber: Subscriber, channel: Int, recorded: Int) -> Int? {
         let members = byChannel[channel]
         if recorded < members.count && members[recorded] === subscriber { return recorded }
         assertionFailure("channel \(channel): a subscriber's recorded position \(recorded) is stale")
@@ -60,21 +60,21 @@ public struct LocalRegistry<Subscriber: ChannelMember> {
 
     /// The subscribers an event for `account` on `channel` goes to (empty when none): exactly that account's
     /// connections that subscribed to that channel, and no one else.
-    public func subscribers(channel: Int, account: AccountID) -> SubscriberSet<Subscriber> {
+    @inlinable public func subscribers(channel: Int, account: AccountID) -> SubscriberSet<Subscriber> {
         byAccount[SubscriptionKey(channel: channel, account: account)] ?? SubscriberSet()
     }
 
     /// Every subscriber of a channel, for broadcasts.
-    public func subscribers(channel: Int) -> SubscriberSet<Subscriber> { byChannel[channel] }
+    @inlinable public func subscribers(channel: Int) -> SubscriberSet<Subscriber> { byChannel[channel] }
 
-    public func subscriberCount(channel: Int) -> Int { byChannel[channel].count }
+    @inlinable public func subscriberCount(channel: Int) -> Int { byChannel[channel].count }
 
     /// Subscriber counts per account on one channel (admin views; not a hot path).
-    public func accountCounts(channel: Int) -> [AccountID: Int] {
+    @inlinable public func accountCounts(channel: Int) -> [AccountID: Int] {
         var result: [AccountID: Int] = [:]
         for (key, set) in byAccount where key.channel == channel { result[key.account] = set.count }
         return result
     }
 
-    public var totalSubscriptions: Int { byChannel.reduce(0) { $0 + $1.count } }
+    @inlinable public var totalSubscriptions: Int { byChannel.reduce(0) { $0 + $1.count } }
 }

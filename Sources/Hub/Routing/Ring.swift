@@ -4,30 +4,31 @@
 /// keep its element (a retained event's frame) alive until the next compaction, so the memory the history counts
 /// as freed would not be. Here a popped slot is set to nil at once, and the buffer shrinks when it is mostly empty
 /// (a stream that had a burst does not keep its peak capacity).
-struct Ring<Element> {
-    private var storage: [Element?] = []
-    private var head = 0
-    private(set) var count = 0
+/// `@inlinable`: the cluster module queues its Redis commands in one, specialised there.
+package struct Ring<Element> {
+    @usableFromInline var storage: [Element?] = []
+    @usableFromInline var head = 0
+    @usableFromInline package internal(set) var count = 0
 
-    init() {}
+    @inlinable package init() {}
 
-    var isEmpty: Bool { count == 0 }
-    var capacity: Int { storage.count }
+    @inlinable package var isEmpty: Bool { count == 0 }
+    @inlinable package var capacity: Int { storage.count }
 
     /// The oldest element.
-    var first: Element? { count == 0 ? nil : storage[head] }
+    @inlinable package var first: Element? { count == 0 ? nil : storage[head] }
 
     /// The newest element.
-    var last: Element? { count == 0 ? nil : storage[(head + count - 1) & (storage.count - 1)] }
+    @inlinable package var last: Element? { count == 0 ? nil : storage[(head + count - 1) & (storage.count - 1)] }
 
     /// The element `offset` places after the oldest (0 is the oldest). `offset` must be in `0..<count`.
-    subscript(offset: Int) -> Element {
+    @inlinable package subscript(offset: Int) -> Element {
         precondition(offset >= 0 && offset < count, "Ring index out of range")
         // Slots in 0..<count from head are always set.
         return storage[(head + offset) & (storage.count - 1)].unsafelyUnwrapped
     }
 
-    mutating func append(_ element: Element) {
+    @inlinable package mutating func append(_ element: Element) {
         if count == storage.count { resize(to: max(4, storage.count * 2)) }
         storage[(head + count) & (storage.count - 1)] = element
         count += 1
@@ -35,7 +36,7 @@ struct Ring<Element> {
 
     /// Removes and returns the oldest element (nil when empty).
     @discardableResult
-    mutating func removeFirst() -> Element? {
+    @inlinable package mutating func removeFirst() -> Element? {
         guard count > 0 else { return nil }
         let element = storage[head].take()  // moved out: no retain/release pair on a cold element
         head = (head + 1) & (storage.count - 1)
@@ -46,15 +47,15 @@ struct Ring<Element> {
     }
 
     /// Replaces the oldest element (nothing when empty).
-    mutating func replaceFirst(_ element: Element) {
+    @inlinable package mutating func replaceFirst(_ element: Element) {
         guard count > 0 else { return }
         storage[head] = element
     }
 
-    mutating func removeAll() { self = Ring() }
+    @inlinable package mutating func removeAll() { self = Ring() }
 
     /// A power of two, at least `count`.
-    private mutating func resize(to newCapacity: Int) {
+    @usableFromInline mutating func resize(to newCapacity: Int) {
         var size = 4
         while size < newCapacity { size *= 2 }
         var grown = [Element?](repeating: nil, count: size)

@@ -9,19 +9,19 @@
 ///
 /// Loop-bound: only the loop that owns the subscribers touches it.
 public struct SubscriberSet<Element: AnyObject>: RandomAccessCollection {
-    fileprivate enum Storage {
+    @usableFromInline enum Storage {
         case none
         case one(Element)
         case many([Element])
     }
-    private var storage = Storage.none
-    private var positions: [ObjectIdentifier: Int]? = nil
-    static var smallLimit: Int { 16 }
+    @usableFromInline var storage = Storage.none
+    @usableFromInline var positions: [ObjectIdentifier: Int]? = nil
+    @inlinable static var smallLimit: Int { 16 }
 
-    public init() {}
+    @inlinable public init() {}
 
-    public var startIndex: Int { 0 }
-    public var endIndex: Int {
+    @inlinable public var startIndex: Int { 0 }
+    @inlinable public var endIndex: Int {
         switch storage {
         case .none: return 0
         case .one: return 1
@@ -29,7 +29,7 @@ public struct SubscriberSet<Element: AnyObject>: RandomAccessCollection {
         }
     }
 
-    public subscript(position: Int) -> Element {
+    @inlinable public subscript(position: Int) -> Element {
         switch storage {
         case .one(let element) where position == 0: return element
         case .many(let elements): return elements[position]
@@ -40,11 +40,11 @@ public struct SubscriberSet<Element: AnyObject>: RandomAccessCollection {
     /// Walks the members with the array taken out of the enum once (a fan-out to thousands pays no per-member
     /// pattern match or retain of the array).
     public struct Iterator: IteratorProtocol {
-        private var single: Element?
-        private let array: [Element]
-        private var position = 0
+        @usableFromInline var single: Element?
+        @usableFromInline let array: [Element]
+        @usableFromInline var position = 0
 
-        fileprivate init(_ storage: Storage) {
+        @inlinable init(_ storage: Storage) {
             switch storage {
             case .none: single = nil; array = []
             case .one(let element): single = element; array = []
@@ -52,7 +52,7 @@ public struct SubscriberSet<Element: AnyObject>: RandomAccessCollection {
             }
         }
 
-        public mutating func next() -> Element? {
+        @inlinable public mutating func next() -> Element? {
             if let element = single {
                 single = nil
                 return element
@@ -63,21 +63,21 @@ public struct SubscriberSet<Element: AnyObject>: RandomAccessCollection {
         }
     }
 
-    public func makeIterator() -> Iterator { Iterator(storage) }
+    @inlinable public func makeIterator() -> Iterator { Iterator(storage) }
 
     /// The members, as an array (tests and admin views).
-    public var elements: [Element] { Array(self) }
+    @inlinable public var elements: [Element] { Array(self) }
 
-    private func index(of element: Element) -> Int? {
+    @inlinable func index(of element: Element) -> Int? {
         if let positions { return positions[ObjectIdentifier(element)] }
         return firstIndex { $0 === element }
     }
 
-    public func contains(_ element: Element) -> Bool { index(of: element) != nil }
+    @inlinable public func contains(_ element: Element) -> Bool { index(of: element) != nil }
 
     /// Returns false when the element was already present.
     @discardableResult
-    public mutating func insert(_ element: Element) -> Bool {
+    @inlinable public mutating func insert(_ element: Element) -> Bool {
         guard index(of: element) == nil else { return false }
         switch storage {
         case .none:
@@ -101,7 +101,7 @@ public struct SubscriberSet<Element: AnyObject>: RandomAccessCollection {
 
     /// Appends `element` and returns its position, without the duplicate check or a position map: for a set whose
     /// members keep their own positions (a channel's broadcast list, `LocalRegistry`), removed with `remove(at:)`.
-    public mutating func append(_ element: Element) -> Int {
+    @inlinable public mutating func append(_ element: Element) -> Int {
         switch storage {
         case .none:
             storage = .one(element)
@@ -119,7 +119,7 @@ public struct SubscriberSet<Element: AnyObject>: RandomAccessCollection {
 
     /// Removes the member at `position` (of a set filled by `append`): the last member moves into its place and is
     /// returned, to be told its new position (nil when the last one was removed).
-    public mutating func remove(at position: Int) -> Element? {
+    @inlinable public mutating func remove(at position: Int) -> Element? {
         switch storage {
         case .none:
             preconditionFailure("SubscriberSet.remove(at: \(position)) on an empty set")
@@ -143,7 +143,7 @@ public struct SubscriberSet<Element: AnyObject>: RandomAccessCollection {
 
     /// Returns false when the element was not present.
     @discardableResult
-    public mutating func remove(_ element: Element) -> Bool {
+    @inlinable public mutating func remove(_ element: Element) -> Bool {
         guard let index = index(of: element) else { return false }
         switch storage {
         case .none:

@@ -1,4 +1,9 @@
 import Glibc
+import HubAuth
+import HubEngine
+import HubJSON
+import HubRouting
+import HubSupport
 import WSProtocol
 
 /// One TCP client, from its first byte to its close: the HTTP request head, then either a plain HTTP answer
@@ -164,12 +169,12 @@ final class ClientConnection: ConnectionHandler {
     init(context: LoopContext, serial: Int) {
         self.context = context
         self.serial = serial
-        limiter = RateLimiter(context.rateLimit, now: context.loop.timers.nowNanos)
+        limiter = RateLimiter(context.rateLimit, now: context.loop.nowNanos)
     }
 
     /// The loop iteration's time (read once after `epoll_wait`): what deadlines and the rate limiter count from.
     /// Up to one iteration old, against deadlines of seconds; a set-up used to read the clock ~17 times.
-    private var now: UInt64 { context.loop.timers.nowNanos }
+    private var now: UInt64 { context.loop.nowNanos }
 
     var id: String { "\(context.loop.index)-\(serial)" }
     var hub: HubCore { context.hub }
@@ -203,7 +208,7 @@ final class ClientConnection: ConnectionHandler {
             hub.releaseAccount(account)
         }
         context.clients[serial] = nil
-        context.loop.timers.cancel(timer)
+        context.loop.cancel(timer)
         timer = .none
         if answersBusy { context.counters.busyTLSAnswers -= 1 } else { hub.clientClosed() }
         phase = .done
@@ -262,10 +267,10 @@ final class ClientConnection: ConnectionHandler {
             guard head.method == "GET" || head.method == "HEAD" else { return respondHTTP(Self.methodNotAllowed()) }
             count(as: .none)  // its request is complete: not a handshake any more, so it does not count itself
             let loop = context.loop
-            let me = LoopBound(self)
+            let me = LoopBound(Weak(self), loop: loop)
             let headOnly = head.method == "HEAD"
             hub.gatherHealthJSON { status, text in
-                loop.execute { me.value?.respondHTTP(HTTPResponse.json(status: status, body: text), headOnly: headOnly) }
+                loop.execute { me.value.object?.respondHTTP(HTTPResponse.json(status: status, body: text), headOnly: headOnly) }
             }
         case "/readyz":
             // Readiness, not liveness: 503 from the moment shutdown begins, so a load balancer stops sending new
@@ -277,10 +282,10 @@ final class ClientConnection: ConnectionHandler {
             guard head.method == "GET" || head.method == "HEAD" else { return respondHTTP(Self.methodNotAllowed()) }
             count(as: .none)  // as above: hub_connections_handshaking does not include the scrape itself
             let loop = context.loop
-            let me = LoopBound(self)
+            let me = LoopBound(Weak(self), loop: loop)
             let headOnly = head.method == "HEAD"
             hub.gatherMetricsText { text in
-                loop.execute { me.value?.respondHTTP(HTTPResponse.make(
+                loop.execute { me.value.object?.respondHTTP(HTTPResponse.make(
                     status: 200, headers: [("Content-Type", "text/plain; version=0.0.4; charset=utf-8")], body: Array(text.utf8)),
                     headOnly: headOnly) }
             }
@@ -485,7 +490,7 @@ final class ClientConnection: ConnectionHandler {
             // Every ping gets its pong (RFC 6455 5.5.2). One that does not fit the queue means the peer is not reading
             // what it is sent: closed as a slow consumer (4008), like any other frame that does not fit, never left
             // unanswered on an open connection (found by the Client fuzz target: seed_regress_ping_at_queue_cap).
-            if connection.write(LoopContext.frame(opcode: .pong, payload)) == .overCap { slowConsumer() }
+            if connection.write(SharedBytes.frame(opcode: .pong, payload)) == .overCap { slowConsumer() }
         case .pong:
             break
         case .close(let code, _):
@@ -506,9 +511,9 @@ final class ClientConnection: ConnectionHandler {
         let frame: SharedBytes
         if let compressor, payload.count >= 64 {  // a class: its deflate stream state lives in the object
             let compressed = compressor.compressMessage(payload)
-            frame = compressed.withUnsafeBytes { LoopContext.frame(opcode: opcode, $0, rsv1: true) }
+            frame = compressed.withUnsafeBytes { SharedBytes.frame(opcode: opcode, $0, rsv1: true) }
         } else {
-            frame = LoopContext.frame(opcode: opcode, payload)
+            frame = SharedBytes.frame(opcode: opcode, payload)
         }
         if connection.write(frame) == .overCap { return slowConsumer() }
         messagesOut += 1
@@ -630,11 +635,11 @@ final class ClientConnection: ConnectionHandler {
         context.nextFloorToken += 1
         request.token = context.nextFloorToken
         if let positions = hub.broker.attachNow(reads) { return finishSubscribe(request, positions) }
-        let me = ClientRef(self)
         let loop = context.loop
-        let pending = LoopOwned(request)
+        let me = LoopBound(ClientRef(self), loop: loop)
+        let pending = LoopBound(request, loop: loop)
         hub.broker.attach(reads) { result in
-            loop.execute { me.value?.attached(pending.value, result) }
+            loop.execute { me.value.client?.attached(pending.value, result) }
         }
         // The answer comes later: hold the new streams' live events, and read nothing more from the client meanwhile.
         for index in indices {
@@ -739,9 +744,9 @@ final class ClientConnection: ConnectionHandler {
         // Runs after every delivery job that was in this loop's inbox when the positions were read (the inbox is
         // FIFO): from then on, every event for these streams is above its floor.
         guard dropFloorsAfterInbox else { return }
-        let me = ClientRef(self)
+        let me = LoopBound(ClientRef(self), loop: context.loop)
         let token = request.token
-        context.loop.execute { me.value?.dropFloors(upTo: token) }
+        context.loop.execute { me.value.client?.dropFloors(upTo: token) }
     }
 
     /// Writes replayed frames (the history's own shared bytes). False when the connection could not take them.
@@ -975,7 +980,7 @@ final class ClientConnection: ConnectionHandler {
         guard let connection else { return }
         if hub.logger.enabled(.debug) { logDebug("close frame sent", connection: connection, code: code ?? CloseCode(1005)) }
         let payload = code.map { closePayload(code: $0, reason: reason) } ?? []
-        let frame = payload.withUnsafeBytes { LoopContext.frame(opcode: .close, $0) }
+        let frame = payload.withUnsafeBytes { SharedBytes.frame(opcode: .close, $0) }
         connection.maxQueuedBytes = max(connection.maxQueuedBytes, connection.queuedBytes + frame.count)
         _ = connection.write(frame)
     }
@@ -987,7 +992,7 @@ final class ClientConnection: ConnectionHandler {
         guard let connection else { return }
         unsubscribeAll()
         phase = .done
-        context.loop.timers.cancel(timer)
+        context.loop.cancel(timer)
         timer = .none
         connection.close(.graceful(linger: .seconds(2)))
     }
@@ -1019,21 +1024,21 @@ final class ClientConnection: ConnectionHandler {
     private func armTimer() {
         let deadline = nextDeadline()
         guard deadline != .max else {
-            context.loop.timers.cancel(timer)
+            context.loop.cancel(timer)
             timer = .none
             return
         }
         let now = self.now
         let delay = deadline > now ? deadline - now : 0
-        if context.loop.timers.reschedule(timer, afterNanos: delay) { return }
-        timer = context.loop.timers.schedule(afterNanos: delay) { [self] in timerFired() }
+        if context.loop.reschedule(timer, afterNanos: delay) { return }
+        timer = context.loop.schedule(afterNanos: delay) { [self] in timerFired() }
     }
 
     private func nextDeadline() -> UInt64 {
         switch phase {
         case .http:
             // One tick early: the wheel fires up to a tick late, and the slot must be free by the deadline.
-            return phaseDeadline > context.loop.timers.tickNanos ? phaseDeadline - context.loop.timers.tickNanos : 0
+            return phaseDeadline > context.loop.timerTickNanos ? phaseDeadline - context.loop.timerTickNanos : 0
         case .webSocket:
             if awaitingAuth { return phaseDeadline }
             var d = nextPingAt
@@ -1081,7 +1086,7 @@ final class ClientConnection: ConnectionHandler {
         case .http:
             // The timer was set one tick early (see start()): a handshake that never completes holds its slot for
             // at most the handshake timeout, not timeout + tick + linger.
-            if now &+ context.loop.timers.tickNanos >= phaseDeadline {
+            if now &+ context.loop.timerTickNanos >= phaseDeadline {
                 return respondHTTP(HTTPError(status: 408, code: "REQUEST_TIMEOUT",
                                              message: "the request head did not arrive within \(configuration.handshakeTimeoutSeconds)s").response(),
                                    closeMode: .flushAndClose)
@@ -1125,17 +1130,17 @@ final class ClientConnection: ConnectionHandler {
 }
 
 /// A client connection found again later, on its loop, by its serial in `LoopContext.clients` (nil once it has
-/// closed): what the subscribe path's deferred jobs hold instead of a weak reference. Swift gives an object a side
-/// table at its first weak reference, kept for the object's life (48 bytes of heap per subscribed connection:
-/// idle memory). Read `value` only on the connection's loop.
-struct ClientRef: @unchecked Sendable {
+/// closed): what the subscribe path's deferred jobs hold (in a `LoopBound`) instead of a weak reference. Swift gives
+/// an object a side table at its first weak reference, kept for the object's life (48 bytes of heap per subscribed
+/// connection: idle memory).
+struct ClientRef {
     private let context: LoopContext
     private let serial: Int
     init(_ client: ClientConnection) {
         context = client.context
         serial = client.serial
     }
-    var value: ClientConnection? { context.clients[serial] }
+    var client: ClientConnection? { context.clients[serial] }
 }
 
 extension ClientConnection: ChannelMember {

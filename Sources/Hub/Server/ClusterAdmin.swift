@@ -1,3 +1,7 @@
+import HubCluster
+import HubJSON
+import HubRouting
+
 /// Operator actions that reach across the cluster: `disconnect` on other nodes. (Cluster-wide views are
 /// `withOtherNodes` in HubCore+Admin; cluster-wide tails are in `PublishLedger` and `SocketConnection`.)
 extension HubCore {

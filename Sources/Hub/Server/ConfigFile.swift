@@ -1,4 +1,6 @@
 import Glibc
+import HubCluster
+import HubJSON
 
 /// The configuration file (`--config FILE`, `HUB_CONFIG`): one JSON object, one key per option, named as the flag
 /// without `--` (`"listen": "0.0.0.0:8080"`). Keys that start with `//` are comments and ignored. Read with the

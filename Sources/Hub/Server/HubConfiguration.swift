@@ -1,4 +1,6 @@
 import Foundation
+import HubCluster
+import HubSupport
 
 /// Everything `hub` can be told, from flags or `HUB_…` environment variables (a flag wins over its variable).
 /// Every field has a default that works on a fresh machine with no configuration at all.

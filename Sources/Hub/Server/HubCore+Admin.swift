@@ -1,4 +1,8 @@
 import Glibc
+import HubCluster
+import HubEngine
+import HubJSON
+import HubRouting
 import Synchronization
 import WSProtocol
 

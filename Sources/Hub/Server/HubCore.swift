@@ -1,4 +1,10 @@
 import Glibc
+import HubAuth
+import HubCluster
+import HubEngine
+import HubJSON
+import HubRouting
+import HubSupport
 import Synchronization
 import WSProtocol
 
@@ -35,7 +41,7 @@ final class HubCore: Sendable {
     private let lastDescriptorExhaustion = Atomic<UInt64>(0)
     /// Open upgraded `/ws` connections per account, against `--max-connections-per-account`. Touched once per
     /// connection set-up and once per close, never per message.
-    private let perAccount = Mutex<[AccountID: Int]>([:])
+    private let perAccount = LockedValue<[AccountID: Int]>([:])
 
     init(configuration: HubConfiguration, verifier: JWTVerifier, authDescription: String, contexts: [LoopContext],
          maxConnections: Int, descriptorLimit: Int, listenAddress: @escaping @Sendable () -> String, log: @escaping @Sendable (String) -> Void,
@@ -180,7 +186,7 @@ final class HubCore: Sendable {
 
     /// Runs `body` on every loop and calls `done` with the results in loop order (on the last loop's thread).
     func gather<T: Sendable>(_ body: @escaping @Sendable (LoopContext) -> T, _ done: @escaping @Sendable ([T]) -> Void) {
-        let results = Mutex<(values: [T?], remaining: Int)>((Array(repeating: nil, count: contexts.count), contexts.count))
+        let results = LockedValue<(values: [T?], remaining: Int)>((Array(repeating: nil, count: contexts.count), contexts.count))
         for (i, context) in contexts.enumerated() {
             context.loop.execute {
                 let value = body(context)

@@ -1,5 +1,10 @@
 import Foundation
 import Glibc
+import HubAuth
+import HubCluster
+import HubEngine
+import HubRouting
+import HubSupport
 import Synchronization
 import WSProtocol
 
@@ -31,7 +36,7 @@ public final class HubServer: Sendable {
     /// Reads the configuration again for SIGHUP.
     private let reloader: (@Sendable () throws(HubConfiguration.ConfigurationError) -> HubConfiguration)?
     /// The configuration in force: the start's, with what SIGHUPs reloaded since.
-    private let live: Mutex<HubConfiguration>
+    private let live: LockedValue<HubConfiguration>
     /// The options a SIGHUP applies to a running hub; any other change waits for a restart.
     static let reloadableOptions: Set<String> = ["tls-cert", "tls-key", "allowed-origins", "rate-limit", "recovery-max", "log-level"]
     /// Set when shutdown begins: the notifier's thread stops.
@@ -89,7 +94,7 @@ public final class HubServer: Sendable {
         }
         // In cluster mode numbering and history live in Redis: no state file.
         let saved = redisBroker == nil ? StateFile.load(directory: configuration.stateDirectory, log: log) : nil
-        let listenText = Mutex("")
+        let listenText = LockedValue("")
         let core = HubCore(configuration: configuration, verifier: verifier, authDescription: authDescription, contexts: contexts,
                            maxConnections: maxConnections, descriptorLimit: limits.soft,
                            listenAddress: { listenText.withLock { $0 } }, log: log, logger: logger, restoring: saved, redisBroker: redisBroker)
@@ -186,7 +191,7 @@ public final class HubServer: Sendable {
         self.notifier = notifier
         self.activated = activated
         reloader = reload
-        live = Mutex(core.configuration)
+        live = LockedValue(core.configuration)
     }
 
     /// What `STATUS=` says: `12 connections, 3.0 messages/s in, 40.5 messages/s out`.
@@ -201,8 +206,8 @@ public final class HubServer: Sendable {
     private func runNotifier(_ notifier: ServiceNotifier) {
         let period = min(notifier.watchdogPeriodNanos ?? 2_000_000_000, 2_000_000_000)
         let contexts = core.contexts
-        let rounds = Mutex(WatchdogRounds(loops: contexts.count))
-        let counted = Mutex([(messagesIn: Int, messagesOut: Int)](repeating: (0, 0), count: contexts.count))
+        let rounds = LockedValue(WatchdogRounds(loops: contexts.count))
+        let counted = LockedValue([(messagesIn: Int, messagesOut: Int)](repeating: (0, 0), count: contexts.count))
         var last = (at: monotonicNanos(), messagesIn: 0, messagesOut: 0)
         while !notifierStopped.load(ordering: .relaxed) {
             let deadline = monotonicNanos() + period
@@ -411,7 +416,7 @@ public final class HubServer: Sendable {
             ?? Double(core.clientCount) / Self.drainConnectionsPerSecond
         let steps = max(1, Int((seconds * 20).rounded(.up)))
         if steps > 1 { core.log("shutdown: draining \(core.clientCount) connections over \(seconds)s") }
-        let queues = contexts.map { _ in LoopOwned(DrainQueue()) }
+        let queues = contexts.map { LoopBound(DrainQueue(), loop: $0.loop) }
         for (context, queue) in zip(contexts, queues) {
             context.loop.execute { queue.value.pending = Array(context.clients.values) }
         }

@@ -1,4 +1,6 @@
 import Glibc
+import HubEngine
+import HubSupport
 import Synchronization
 
 /// The signals an operator sends (docs/OPERATIONS.md, "Signals"). None of them may kill the hub by accident: each
@@ -75,8 +77,8 @@ extension HubServer {
     /// arrives meanwhile waits until the dump is written.
     func logStateDump(timeout: Double = 2) {
         let contexts = core.contexts
-        let loops = Mutex<[LoopState?]>(Array(repeating: nil, count: contexts.count))
-        let stats = Mutex<[UInt8]?>(nil)
+        let loops = LockedValue<[LoopState?]>(Array(repeating: nil, count: contexts.count))
+        let stats = LockedValue<[UInt8]?>(nil)
         for (i, context) in contexts.enumerated() {
             context.loop.execute {
                 let state = LoopState(context: context)

@@ -1,6 +1,10 @@
 import COpenSSL
-import Glibc
 import Foundation
+import Glibc
+import HubEngine
+import HubJSON
+import HubRouting
+import HubSupport
 import Synchronization
 import WSProtocol
 
@@ -167,16 +171,7 @@ final class LoopContext: @unchecked Sendable {
     }
 
     func sendText(_ payload: UnsafeRawBufferPointer, to connection: Connection) -> Connection.WriteResult {
-        connection.write(Self.frame(opcode: .text, payload))
-    }
-
-    static func frame(opcode: Opcode, _ payload: UnsafeRawBufferPointer, rsv1: Bool = false) -> SharedBytes {
-        let header = FrameEncoder.headerSize(payloadLength: payload.count, masked: false)
-        return SharedBytes(count: header + payload.count) { buffer in
-            _ = FrameEncoder.writeHeader(into: buffer, endingAt: header, opcode: opcode, fin: true, rsv1: rsv1,
-                                         payloadLength: payload.count, maskKey: nil)
-            if payload.count > 0 { (buffer.baseAddress! + header).copyMemory(from: payload.baseAddress!, byteCount: payload.count) }
-        }
+        connection.write(SharedBytes.frame(opcode: .text, payload))
     }
 
     // MARK: Fan-out
@@ -246,19 +241,6 @@ func threadCPUNanos() -> UInt64 {
     var ts = timespec()
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts)
     return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
-}
-
-/// Carries a loop-bound reference through a `@Sendable` closure that hops back to that same loop before using it
-/// (`loop.execute { box.value... }`). The wrapper is the promise: the value is never touched on another thread.
-struct LoopBound<Value: AnyObject>: @unchecked Sendable {
-    weak var value: Value?
-    init(_ value: Value) { self.value = value }
-}
-
-/// Like `LoopBound`, but keeps the value alive: for state that must outlive its creator's interest in it.
-struct LoopOwned<Value>: @unchecked Sendable {
-    let value: Value
-    init(_ value: Value) { self.value = value }
 }
 
 /// Builds one reply line with a fresh writer.

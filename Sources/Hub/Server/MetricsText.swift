@@ -1,3 +1,6 @@
+import HubEngine
+import HubRouting
+
 /// Prometheus text exposition (format 0.0.4) for `GET /metrics`.
 enum MetricsText {
     static func render(snapshots: [LoopSnapshot], channelNames: [String], maxConnections: Int,

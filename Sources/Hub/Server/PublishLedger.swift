@@ -1,3 +1,7 @@
+import HubCluster
+import HubEngine
+import HubRouting
+
 /// What has been published, per channel, and who is tailing: owned by loop 0, where every Unix-socket
 /// connection lives, so it is updated when a batch completes without any lock.
 final class PublishLedger {

@@ -1,3 +1,5 @@
+import HubRouting
+
 /// How a `subscribe` turns a channel's two streams (the account's and the channel's broadcasts) into one position
 /// for the app, and a resume into one all-or-nothing answer. Pure functions: `ClientConnection.subscribe` does the I/O.
 enum Resume {

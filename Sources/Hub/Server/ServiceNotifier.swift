@@ -1,4 +1,5 @@
 import Glibc
+import HubEngine
 import Synchronization
 
 /// The service manager's notification protocol (sd_notify(3)) without libsystemd: newline-separated `KEY=VALUE`

@@ -1,4 +1,7 @@
 import Glibc
+import HubEngine
+import HubJSON
+import HubRouting
 import WSProtocol
 
 /// One connection on the Unix socket: the backend publishing, or `hubctl`.
@@ -250,10 +253,10 @@ final class SocketConnection: ConnectionHandler {
             ids.reserveCapacity(draftIDs.count)
             ids.append(contentsOf: draftIDs)
         }
-        let waiting = LoopOwned((slot: slot, ids: ids))
-        let me = LoopBound(self)
-        let context = LoopBound(self.context)
         let loop = self.context.loop
+        let waiting = LoopBound((slot: slot, ids: ids), loop: loop)
+        let me = LoopBound(Weak(self), loop: loop)
+        let context = LoopBound(Weak(self.context), loop: loop)
         hub.broker.publish(drafts) { outcome in
             // Already on this connection's loop (its own loop delivered the batch last, or nobody followed the batch's
             // streams): the replies go out now, not from a job one iteration later (an allocation and an iteration
@@ -271,10 +274,10 @@ final class SocketConnection: ConnectionHandler {
     /// A batch's outcome, on the connection's loop: the ledger records it, and every reply fills its slot.
     /// `waiting.ids`: each draft's `id`, or empty when none had one.
     private static func complete(_ outcome: PublishOutcome, waiting: (slot: Slot, ids: [RawJSON?]),
-                                 me: LoopBound<SocketConnection>, context: LoopBound<LoopContext>) {
+                                 me: LoopBound<Weak<SocketConnection>>, context: LoopBound<Weak<LoopContext>>) {
         // The ledger counts the batch even when its publisher has gone away meanwhile.
-        context.value?.ledger?.record(outcome.events, delivered: outcome.delivered)
-        guard let me = me.value else { return }
+        context.value.object?.ledger?.record(outcome.events, delivered: outcome.delivered)
+        guard let me = me.value.object else { return }
         // Every reply of the batch, in draft order, into one buffer: the batch's slot.
         let ids = waiting.ids
         var w = JSONWriter(capacity: 48 * outcome.replies.count)
@@ -298,11 +301,11 @@ final class SocketConnection: ConnectionHandler {
         append(slot)
         gathering += 1
         let loop = context.loop
-        let me = LoopBound(self)
-        let box = LoopOwned(slot)
+        let me = LoopBound(Weak(self), loop: loop)
+        let box = LoopBound(slot, loop: loop)
         start(hub) { line in
             loop.execute {
-                guard let me = me.value else { return }
+                guard let me = me.value.object else { return }
                 me.gathering -= 1
                 me.fill(box.value, line[...])
                 me.flushReplies()

@@ -6,11 +6,11 @@ import Glibc
 // library's `_allocateBufferUninitialized(minimumCapacity:)`, which is never inlined: running unspecialised, it looks
 // up `_ContiguousArrayStorage<Element>`'s metadata in the runtime's generic-metadata hash table on every call, ~500
 // instructions under callgrind (three times per published event before, and once per `JSONWriter`). `reserveCapacity`
-// and `append` allocate in code specialised in this module, where the metadata accessor caches the type.
+// and `append` allocate in code specialised in the caller's module (these are `@inlinable`), where the metadata accessor caches the type.
 
 extension Array {
     /// `count` copies of `value` (what `Array(repeating:count:)` makes), allocated once.
-    @inlinable init(filledWith value: Element, count: Int) {
+    @inlinable package init(filledWith value: Element, count: Int) {
         self.init()
         reserveCapacity(count)
         for _ in 0..<count { append(value) }
@@ -18,7 +18,7 @@ extension Array {
 }
 
 /// 4 KiB of zero bytes, never written: the source `appendZeros` copies from.
-nonisolated(unsafe) let zeroPage: UnsafeRawBufferPointer = {
+@usableFromInline nonisolated(unsafe) let zeroPage: UnsafeRawBufferPointer = {
     let page = UnsafeMutableRawBufferPointer.allocate(byteCount: 4096, alignment: 64)
     page.initializeMemory(as: UInt8.self, repeating: 0)
     return UnsafeRawBufferPointer(page)
@@ -26,7 +26,7 @@ nonisolated(unsafe) let zeroPage: UnsafeRawBufferPointer = {
 
 extension Array where Element == UInt8 {
     /// Appends `n` zero bytes: one growth to the final size, then copies from `zeroPage`.
-    mutating func appendZeros(_ n: Int) {
+    @inlinable package mutating func appendZeros(_ n: Int) {
         guard n > 0 else { return }
         reserveCapacity(count + n)
         var left = n

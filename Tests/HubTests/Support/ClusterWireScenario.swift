@@ -2,6 +2,9 @@
 // (`ClusterWireTests`). The fuzz build compiles this file together with Sources/Hub/Redis/ClusterWire.swift.
 #if canImport(Hub)
 @testable import Hub
+@testable import HubCluster
+@testable import HubJSON
+@testable import HubRouting
 #endif
 
 /// The input is a fan-out message's bytes as another node (or anything on the Redis channel) could send them.

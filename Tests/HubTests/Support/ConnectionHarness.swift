@@ -15,6 +15,11 @@
 import Glibc
 import WSProtocol
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
 
 /// An invariant the hub broke, with what was seen.
 struct HarnessFailure: Error, CustomStringConvertible {

@@ -1,6 +1,11 @@
 import Foundation
 import Glibc
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
 
 /// Runs the real `hub` binary for an integration test: its own temp dir (socket, state dir), a free port,
 /// the startup line parsed from stderr. Stopped (SIGKILL if need be) when the test drops it.

@@ -3,6 +3,11 @@
 // no Hub module to import.
 #if canImport(Hub)
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
 #endif
 import COpenSSL
 import Glibc

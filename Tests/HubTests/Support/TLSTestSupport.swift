@@ -2,6 +2,11 @@ import COpenSSL
 import Foundation
 import Glibc
 @testable import Hub
+@testable import HubAuth
+@testable import HubCluster
+@testable import HubEngine
+@testable import HubJSON
+@testable import HubRouting
 
 /// A throwaway certificate authority and server certificates for 127.0.0.1 and localhost, made with the `openssl`
 /// command-line tool (what an operator would use), in a temporary directory removed on deinit.

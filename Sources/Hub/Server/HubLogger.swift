@@ -1,5 +1,6 @@
 import COpenSSL
 import Glibc
+import HubJSON
 import Synchronization
 
 /// How serious a log line is; `--log-level` drops everything below it.

@@ -1,3 +1,4 @@
+
 /// Base64url (RFC 4648 §5) without padding, as used by JWS compact serialization (RFC 7515 §2).
 ///
 /// Decoding is strict: `=` padding, characters outside `A-Z a-z 0-9 - _`, whitespace, impossible
@@ -14,7 +15,7 @@ public enum Base64URL {
     }()
 
     /// `bytes` random bytes from the system generator, encoded (epochs, node ids).
-    static func randomToken(bytes: Int) -> String {
+    package static func randomToken(bytes: Int) -> String {
         var rng = SystemRandomNumberGenerator()
         return encode((0..<bytes).map { _ in UInt8.random(in: 0...255, using: &rng) })
     }
@@ -59,7 +60,7 @@ public enum Base64URL {
     }
 
     /// Non-generic core, so the hot path never goes through unspecialised generic iteration.
-    static func decode(buffer bytes: UnsafeBufferPointer<UInt8>) -> [UInt8]? {
+    package static func decode(buffer bytes: UnsafeBufferPointer<UInt8>) -> [UInt8]? {
         guard let outCount = decodedCount(bytes.count) else { return nil }
         guard outCount > 0 else { return [] }
         var out: [UInt8] = []
@@ -69,7 +70,7 @@ public enum Base64URL {
     }
 
     /// How many bytes `count` characters decode to; nil for an impossible length (`count % 4 == 1`).
-    static func decodedCount(_ count: Int) -> Int? {
+    package static func decodedCount(_ count: Int) -> Int? {
         let rest = count % 4
         if rest == 1 { return nil }
         return count / 4 * 3 + (rest == 0 ? 0 : rest - 1)
@@ -81,7 +82,7 @@ public enum Base64URL {
     /// each before). Four characters at a time: a token's three parts cost ~2 600 instructions per handshake a byte
     /// at a time through `append`; an invalid character is noticed once, after the loop (the 0xFF of the reverse
     /// table sets bits no alphabet value has).
-    static func decode(_ bytes: UnsafeBufferPointer<UInt8>, into out: UnsafeMutableBufferPointer<UInt8>) -> Int? {
+    package static func decode(_ bytes: UnsafeBufferPointer<UInt8>, into out: UnsafeMutableBufferPointer<UInt8>) -> Int? {
         guard let outCount = decodedCount(bytes.count), outCount <= out.count else { return nil }
         guard outCount > 0, let src = bytes.baseAddress, let dst = out.baseAddress else { return 0 }
         let full = bytes.count / 4, rest = bytes.count % 4

@@ -1,4 +1,5 @@
 import Glibc
+import HubSupport
 import Synchronization
 
 /// The one way `hub` and `hubctl` write their log and error lines (and read stdin in full): plain `write(2)` and
@@ -23,7 +24,7 @@ public enum StandardStream: Sendable {
 
     /// Whole lines from different threads must not interleave: writes of one process are serialized here
     /// (the kernel only keeps writes of up to PIPE_BUF bytes whole on a pipe).
-    private static let lock = Mutex(())
+    private static let lock = LockedValue(())
 
     /// Writes `text` and a newline unless it already ends with one. False when not every byte was written
     /// (the reader is gone, the descriptor is closed, the disk is full); never traps.

@@ -1,13 +1,15 @@
 import CZlib
 import Foundation
 import Glibc
+import HubEngine
+import HubSupport
 import Synchronization
 import WSProtocol
 
 /// What a graceful stop saves of the local broker: the epoch, every stream's numbering, the retained events in
 /// publish order, and the idempotency keys. Plain data, so it can be checked before anything is trusted.
-struct SavedBrokerState: Equatable {
-    struct Stream: Equatable {
+package struct SavedBrokerState: Equatable {
+    package struct Stream: Equatable {
         /// Index into `channelNames`.
         var channel: Int
         var account: String?
@@ -15,7 +17,7 @@ struct SavedBrokerState: Equatable {
         var lastSeq: UInt64
     }
 
-    struct Event: Equatable {
+    package struct Event: Equatable {
         /// Index into `streams`.
         var stream: Int
         var seq: UInt64
@@ -28,7 +30,7 @@ struct SavedBrokerState: Equatable {
         var dataEnd: Int
     }
 
-    struct IdempotencyKey: Equatable {
+    package struct IdempotencyKey: Equatable {
         var channel: Int
         var account: String?
         var key: String
@@ -37,18 +39,18 @@ struct SavedBrokerState: Equatable {
         var wallTime: Double
     }
 
-    var hubEpoch: String
+    package var hubEpoch: String
     var nextGeneration: UInt64
-    var savedAt: Double
+    package var savedAt: Double
     var channelNames: [String]
-    var streams: [Stream] = []
-    var events: [Event] = []
-    var keys: [IdempotencyKey] = []
+    package var streams: [Stream] = []
+    package var events: [Event] = []
+    package var keys: [IdempotencyKey] = []
 }
 
 /// The state file: `HUBSTATE`, a version, the payload's length and CRC-32, then the payload (little-endian integers,
 /// strings and byte strings prefixed with their u32 length). Written to a temporary file, synced, then renamed.
-enum StateFile {
+package enum StateFile {
     static let fileName = "recovery.state"
     static let magic: [UInt8] = Array("HUBSTATE".utf8)
     static let version: UInt32 = 1
@@ -58,18 +60,18 @@ enum StateFile {
     static let maxSeq: UInt64 = (1 << 53) - 1
     static let maxGeneration: UInt64 = 1 << 62
 
-    struct Invalid: Error, CustomStringConvertible {
-        let description: String
+    package struct Invalid: Error, CustomStringConvertible {
+        package let description: String
         init(_ description: String) { self.description = description }
     }
 
-    static func path(in directory: String) -> String {
+    package static func path(in directory: String) -> String {
         directory.hasSuffix("/") ? directory + fileName : directory + "/" + fileName
     }
 
     // MARK: Encoding
 
-    static func encode(_ state: SavedBrokerState) -> [UInt8] {
+    package static func encode(_ state: SavedBrokerState) -> [UInt8] {
         var w = ByteWriter()
         w.string(state.hubEpoch)
         w.u64(state.nextGeneration)
@@ -187,7 +189,7 @@ enum StateFile {
     /// seqs would repeat ones this run gives out). A file that cannot be removed is not used: the hub starts a new
     /// epoch and says why. A file that cannot be read, is corrupt, foreign or unsafe (not a regular file, a symlink,
     /// writable by others) is logged and moved aside to `recovery.state.rejected` (never retried, kept for inspection).
-    static func load(directory: String, log: (String) -> Void) -> SavedBrokerState? {
+    package static func load(directory: String, log: (String) -> Void) -> SavedBrokerState? {
         let target = path(in: directory)
         let state: SavedBrokerState
         do throws(Invalid) {
@@ -213,7 +215,7 @@ enum StateFile {
     // MARK: Files
 
     /// Writes `bytes` to `<directory>/recovery.state` through a temporary file (mode 0600), fsync and rename.
-    static func write(_ bytes: [UInt8], directory: String) throws(Invalid) {
+    package static func write(_ bytes: [UInt8], directory: String) throws(Invalid) {
         if mkdir(directory, 0o700) != 0 && errno != EEXIST {
             throw Invalid("cannot create \(directory): \(String(cString: strerror(errno)))")
         }
@@ -272,7 +274,7 @@ enum StateFile {
         var info = stat()
         guard fstat(fd, &info) == 0 else { throw Invalid("cannot stat it: \(String(cString: strerror(errno)))") }
         guard (info.st_mode & S_IFMT) == S_IFREG else { throw Invalid("it is not a regular file") }
-        if let unsafe = SecretFile.ownershipProblem(info) { throw Invalid(unsafe) }
+        if let unsafe = FileTrust.ownershipProblem(info) { throw Invalid(unsafe) }
         let size = Int(info.st_size)
         guard size <= maximumBytes else { throw Invalid("it is \(size) bytes, more than this hub would save") }
         guard size >= headerSize else { throw Invalid("too short to be a state file (\(size) bytes)") }
@@ -377,7 +379,7 @@ struct ByteReader {
 extension LocalBroker {
     /// Everything a restart needs to go on with the same numbering: call once the loops have stopped (nothing is
     /// published any more, and every in-flight publish has completed).
-    func exportState() -> SavedBrokerState {
+    package func exportState() -> SavedBrokerState {
         state.withLock { s in
             var saved = SavedBrokerState(hubEpoch: epoch, nextGeneration: s.history.nextGeneration, savedAt: wallClockSeconds(),
                                          channelNames: channelNames)
@@ -445,7 +447,7 @@ extension LocalBroker {
             // Expired events are a prefix of their stream: once one is kept, the rest are (contiguity).
             if !keeping[event.stream] && eventAge >= s.history.limits.ttlNanos { continue }
             keeping[event.stream] = true
-            let frame = event.payload.withUnsafeBytes { LoopContext.frame(opcode: .text, $0) }
+            let frame = event.payload.withUnsafeBytes { SharedBytes.frame(opcode: .text, $0) }
             let offset = frame.count - event.payload.count
             let retained = RetainedEvent(frame: frame, seq: event.seq, acceptedAt: now > eventAge ? now - eventAge : 0,
                                          dataStart: offset + event.dataStart)
