@@ -159,121 +159,145 @@ public struct RESPDecoder: Sendable {
         }
     }
 
+    /// One value after another, in three phases: the rest of a bulk payload (`continueBulk`), else a type byte and
+    /// its line (`nextLine`), then what that line means (`open`). A value closes the aggregates it completes.
     private mutating func scan(_ buffer: UnsafeRawBufferPointer, from start: Int) throws(RESPError) -> Next {
-        let count = buffer.count
-        var i = max(0, min(start, count))
+        var i = max(0, min(start, buffer.count))
         while true {
-            if var pending = bulk {
-                // Payload bytes, then CRLF, each possibly split across reads.
-                let want = pending.length - pending.bytes.count
-                if want > 0 {
-                    let take = min(want, count - i)
-                    if take > 0 {
-                        pending.bytes.append(contentsOf: UnsafeRawBufferPointer(rebasing: buffer[i..<(i + take)]))
-                        i += take
-                    }
-                    if take < want {
-                        bulk = pending
-                        return .incomplete(keep: i)
-                    }
-                }
-                while pending.terminatorSeen < 2 {
-                    guard i < count else {
-                        bulk = pending
-                        return .incomplete(keep: i)
-                    }
-                    let expected: UInt8 = pending.terminatorSeen == 0 ? 0x0D : 0x0A
-                    guard buffer[i] == expected else { throw RESPError(kind: .badTerminator, offset: i) }
-                    pending.terminatorSeen += 1
-                    i += 1
-                }
-                bulk = nil
-                let value = try Self.bulkValue(type: pending.type, pending.bytes, offset: i)
-                if let done = complete(value) { return .value(done, next: i) }
-                continue
-            }
-
-            // A type byte and its line.
-            guard i < count else { return .incomplete(keep: i) }
-            let type = buffer[i]
-            guard Self.isKnownType(type) else { throw RESPError(kind: .unknownType, offset: i) }
-            guard let lineEnd = try Self.findLineEnd(buffer, from: i + 1, limit: limits.maxLineBytes) else {
-                return .incomplete(keep: i)
-            }
-            let line = UnsafeRawBufferPointer(rebasing: buffer[(i + 1)..<lineEnd])
-            let lineOffset = i + 1
-            let after = lineEnd + 2
-            // A value complete with its line, or nil when the line opened a bulk or an aggregate (or an empty
-            // attribute, which annotates the next value).
             let value: RESPValue?
-            switch type {
-            case UInt8(ascii: "+"):
-                value = .simple(String(decoding: line, as: UTF8.self))
-            case UInt8(ascii: "-"):
-                value = .error(String(decoding: line, as: UTF8.self))
-            case UInt8(ascii: ":"):
-                guard let n = Self.parseInteger(line) else { throw RESPError(kind: .badInteger, offset: lineOffset) }
-                value = .integer(n)
-            case UInt8(ascii: "_"):
-                guard line.isEmpty else { throw RESPError(kind: .badNull, offset: lineOffset) }
-                value = .null
-            case UInt8(ascii: "#"):
-                guard line.count == 1, line[0] == UInt8(ascii: "t") || line[0] == UInt8(ascii: "f") else {
-                    throw RESPError(kind: .badBoolean, offset: lineOffset)
-                }
-                value = .boolean(line[0] == UInt8(ascii: "t"))
-            case UInt8(ascii: ","):
-                guard let d = Self.parseDouble(line) else { throw RESPError(kind: .badDouble, offset: lineOffset) }
-                value = .double(d)
-            case UInt8(ascii: "("):
-                guard Self.isBigNumber(line) else { throw RESPError(kind: .badBigNumber, offset: lineOffset) }
-                value = .bigNumber(String(decoding: line, as: UTF8.self))
-            case UInt8(ascii: "$"), UInt8(ascii: "!"), UInt8(ascii: "="):
-                if line.first == UInt8(ascii: "?") { throw RESPError(kind: .unsupported, offset: lineOffset) }
-                guard let n = Self.parseInteger(line), n >= (type == UInt8(ascii: "$") ? -1 : 0) else {
-                    throw RESPError(kind: .badLength, offset: lineOffset)
-                }
-                if n == -1 {
-                    value = .null
-                } else {
-                    guard n <= Int64(limits.maxBulkBytes) else { throw RESPError(kind: .bulkTooLong, offset: lineOffset) }
-                    let length = Int(n)
-                    var bytes: [UInt8] = []
-                    // Reserve what has arrived at most: the length alone is not a reason to allocate.
-                    bytes.reserveCapacity(min(length, count - after))
-                    bulk = PendingBulk(type: type, length: length, bytes: bytes)
-                    value = nil
-                }
-            case UInt8(ascii: "*"), UInt8(ascii: "~"), UInt8(ascii: "%"), UInt8(ascii: ">"), UInt8(ascii: "|"):
-                if line.first == UInt8(ascii: "?") { throw RESPError(kind: .unsupported, offset: lineOffset) }
-                guard let n = Self.parseInteger(line), n >= (type == UInt8(ascii: "*") ? -1 : 0) else {
-                    throw RESPError(kind: .badLength, offset: lineOffset)
-                }
-                if n == -1 {
-                    value = .null
-                } else {
-                    // A map or attribute of n pairs holds 2n values.
-                    let pairs = type == UInt8(ascii: "%") || type == UInt8(ascii: "|")
-                    guard n <= Int64(pairs ? limits.maxElements / 2 : limits.maxElements) else {
-                        throw RESPError(kind: .tooManyElements, offset: lineOffset)
-                    }
-                    let expected = pairs ? Int(n) * 2 : Int(n)
-                    guard stack.count < limits.maxDepth else { throw RESPError(kind: .tooDeep, offset: after - 1) }
-                    if expected == 0 {
-                        value = type == UInt8(ascii: "|") ? nil : Self.aggregateValue(type: type, [])
-                    } else {
-                        var items: [RESPValue] = []
-                        items.reserveCapacity(min(expected, 1024))
-                        stack.append(Aggregate(type: type, expected: expected, items: items))
-                        value = nil
-                    }
-                }
-            default:
-                throw RESPError(kind: .unknownType, offset: i)
+            if bulk != nil {
+                guard let payload = try continueBulk(buffer, at: &i) else { return .incomplete(keep: i) }
+                value = payload
+            } else {
+                guard let line = try nextLine(buffer, at: i) else { return .incomplete(keep: i) }
+                i = line.after
+                value = try open(line, available: buffer.count - i)
             }
-            i = after
             if let value, let done = complete(value) { return .value(done, next: i) }
         }
+    }
+
+    /// The payload bytes of the pending bulk, then its CRLF, each possibly split across reads. nil when they have not
+    /// all arrived; `i` moves past what was absorbed either way.
+    private mutating func continueBulk(_ buffer: UnsafeRawBufferPointer, at i: inout Int) throws(RESPError) -> RESPValue? {
+        guard var pending = bulk else { return nil }
+        let count = buffer.count
+        let want = pending.length - pending.bytes.count
+        if want > 0 {
+            let take = min(want, count - i)
+            if take > 0 {
+                pending.bytes.append(contentsOf: UnsafeRawBufferPointer(rebasing: buffer[i..<(i + take)]))
+                i += take
+            }
+            if take < want {
+                bulk = pending
+                return nil
+            }
+        }
+        while pending.terminatorSeen < 2 {
+            guard i < count else {
+                bulk = pending
+                return nil
+            }
+            let expected: UInt8 = pending.terminatorSeen == 0 ? 0x0D : 0x0A
+            guard buffer[i] == expected else { throw RESPError(kind: .badTerminator, offset: i) }
+            pending.terminatorSeen += 1
+            i += 1
+        }
+        bulk = nil
+        return try Self.bulkValue(type: pending.type, pending.bytes, offset: i)
+    }
+
+    /// A type byte and its line, found without absorbing anything.
+    private struct Line {
+        let type: UInt8
+        let bytes: UnsafeRawBufferPointer
+        /// Where the line's bytes start in the read, for errors.
+        let offset: Int
+        /// Just past its CRLF.
+        let after: Int
+    }
+
+    /// The line starting at `i`, or nil when it has not all arrived. An unknown type byte fails at once.
+    private func nextLine(_ buffer: UnsafeRawBufferPointer, at i: Int) throws(RESPError) -> Line? {
+        guard i < buffer.count else { return nil }
+        let type = buffer[i]
+        guard Self.isKnownType(type) else { throw RESPError(kind: .unknownType, offset: i) }
+        guard let lineEnd = try Self.findLineEnd(buffer, from: i + 1, limit: limits.maxLineBytes) else { return nil }
+        return Line(type: type, bytes: UnsafeRawBufferPointer(rebasing: buffer[(i + 1)..<lineEnd]), offset: i + 1,
+                    after: lineEnd + 2)
+    }
+
+    /// What a line means: a value complete with its line, or nil when it opened a bulk or an aggregate (or an empty
+    /// attribute, which annotates the next value). `available`: bytes of this read after the line.
+    private mutating func open(_ l: Line, available: Int) throws(RESPError) -> RESPValue? {
+        let line = l.bytes
+        switch l.type {
+        case UInt8(ascii: "+"):
+            return .simple(String(decoding: line, as: UTF8.self))
+        case UInt8(ascii: "-"):
+            return .error(String(decoding: line, as: UTF8.self))
+        case UInt8(ascii: ":"):
+            guard let n = Self.parseInteger(line) else { throw RESPError(kind: .badInteger, offset: l.offset) }
+            return .integer(n)
+        case UInt8(ascii: "_"):
+            guard line.isEmpty else { throw RESPError(kind: .badNull, offset: l.offset) }
+            return .null
+        case UInt8(ascii: "#"):
+            guard line.count == 1, line[0] == UInt8(ascii: "t") || line[0] == UInt8(ascii: "f") else {
+                throw RESPError(kind: .badBoolean, offset: l.offset)
+            }
+            return .boolean(line[0] == UInt8(ascii: "t"))
+        case UInt8(ascii: ","):
+            guard let d = Self.parseDouble(line) else { throw RESPError(kind: .badDouble, offset: l.offset) }
+            return .double(d)
+        case UInt8(ascii: "("):
+            guard Self.isBigNumber(line) else { throw RESPError(kind: .badBigNumber, offset: l.offset) }
+            return .bigNumber(String(decoding: line, as: UTF8.self))
+        case UInt8(ascii: "$"), UInt8(ascii: "!"), UInt8(ascii: "="):
+            return try openBulk(l, available: available)
+        case UInt8(ascii: "*"), UInt8(ascii: "~"), UInt8(ascii: "%"), UInt8(ascii: ">"), UInt8(ascii: "|"):
+            return try openAggregate(l)
+        default:
+            throw RESPError(kind: .unknownType, offset: l.offset - 1)
+        }
+    }
+
+    /// A bulk string's length line: null, or the start of a payload (`bulk`).
+    private mutating func openBulk(_ l: Line, available: Int) throws(RESPError) -> RESPValue? {
+        if l.bytes.first == UInt8(ascii: "?") { throw RESPError(kind: .unsupported, offset: l.offset) }
+        guard let n = Self.parseInteger(l.bytes), n >= (l.type == UInt8(ascii: "$") ? -1 : 0) else {
+            throw RESPError(kind: .badLength, offset: l.offset)
+        }
+        if n == -1 { return .null }
+        guard n <= Int64(limits.maxBulkBytes) else { throw RESPError(kind: .bulkTooLong, offset: l.offset) }
+        let length = Int(n)
+        var bytes: [UInt8] = []
+        // Reserve what has arrived at most: the length alone is not a reason to allocate.
+        bytes.reserveCapacity(min(length, available))
+        bulk = PendingBulk(type: l.type, length: length, bytes: bytes)
+        return nil
+    }
+
+    /// An aggregate's count line: null, an empty aggregate, or a new open one on `stack`.
+    private mutating func openAggregate(_ l: Line) throws(RESPError) -> RESPValue? {
+        if l.bytes.first == UInt8(ascii: "?") { throw RESPError(kind: .unsupported, offset: l.offset) }
+        guard let n = Self.parseInteger(l.bytes), n >= (l.type == UInt8(ascii: "*") ? -1 : 0) else {
+            throw RESPError(kind: .badLength, offset: l.offset)
+        }
+        if n == -1 { return .null }
+        // A map or attribute of n pairs holds 2n values.
+        let pairs = l.type == UInt8(ascii: "%") || l.type == UInt8(ascii: "|")
+        guard n <= Int64(pairs ? limits.maxElements / 2 : limits.maxElements) else {
+            throw RESPError(kind: .tooManyElements, offset: l.offset)
+        }
+        let expected = pairs ? Int(n) * 2 : Int(n)
+        guard stack.count < limits.maxDepth else { throw RESPError(kind: .tooDeep, offset: l.after - 1) }
+        if expected == 0 { return l.type == UInt8(ascii: "|") ? nil : Self.aggregateValue(type: l.type, []) }
+        var items: [RESPValue] = []
+        items.reserveCapacity(min(expected, 1024))
+        stack.append(Aggregate(type: l.type, expected: expected, items: items))
+        return nil
     }
 
     private static func isKnownType(_ type: UInt8) -> Bool {
