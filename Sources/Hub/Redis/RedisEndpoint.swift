@@ -39,102 +39,111 @@ public struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
         RedisEndpoint(address: address, username: username, password: password, database: 0)
     }
 
+    /// Parses `url` in phases: the scheme, the credentials, then what the scheme puts after them (a socket path
+    /// and `?db=`; a host, port and `/DB`; or a list of seed nodes).
     public init(parsing url: String) throws(RedisError) {
-        func bad(_ why: String) -> RedisError { RedisError(.badURL, "\(why) in \"\(RedisEndpoint.redacted(url))\"") }
-        let isUnix: Bool
-        var isCluster = false
-        var rest: Substring
-        if url.hasPrefix("redis://") {
-            isUnix = false
-            rest = url.dropFirst("redis://".count)
-        } else if url.hasPrefix("redis-cluster://") {
-            isUnix = false
-            isCluster = true
-            rest = url.dropFirst("redis-cluster://".count)
-        } else if url.hasPrefix("unix://") {
-            isUnix = true
-            rest = url.dropFirst("unix://".count)
-        } else {
-            throw bad("expected redis://HOST:PORT[/DB], redis-cluster://HOST:PORT[,HOST:PORT...] or unix:///PATH")
-        }
-        var username: String? = nil
-        var password: String? = nil
-        // Userinfo ends at the last "@" before the path (a password may hold "@" only percent-encoded, but be lenient).
-        let pathStart = isUnix ? rest.firstIndex(of: "/") : nil
-        if let at = rest[..<(pathStart ?? rest.endIndex)].lastIndex(of: "@") {
-            let info = rest[..<at]
-            rest = rest[rest.index(after: at)...]
-            if let colon = info.firstIndex(of: ":") {
-                let user = info[..<colon]
-                guard let u = Self.percentDecoded(user), let p = Self.percentDecoded(info[info.index(after: colon)...]) else {
-                    throw bad("bad percent-encoding in the credentials")
-                }
-                username = user.isEmpty ? nil : u
-                password = p
-            } else {
-                guard let p = Self.percentDecoded(info) else { throw bad("bad percent-encoding in the credentials") }
-                password = p  // redis://secret@host, as redis-cli -u reads it
-            }
-        }
-        var database = 0
-        if isUnix {
-            var path = rest
-            if let q = rest.firstIndex(of: "?") {
-                path = rest[..<q]
-                let query = rest[rest.index(after: q)...]
-                guard query.hasPrefix("db="), let n = Int(query.dropFirst(3)), n >= 0 else { throw bad("expected ?db=N") }
-                database = n
-            }
-            guard path.hasPrefix("/"), path.utf8.count < 108 else { throw bad("expected an absolute socket path under 108 bytes") }
-            self.init(address: .unix(path: String(path)), username: username, password: password, database: database)
-            return
-        }
-        var hostPort = rest
-        if let slash = rest.firstIndex(of: "/") {
-            hostPort = rest[..<slash]
-            let db = rest[rest.index(after: slash)...]
-            if !db.isEmpty {
-                guard let n = Int(db), n >= 0 else { throw bad("expected a database number after /") }
-                database = n
-            }
-        }
-        func parseHostPort(_ hostPort: Substring) throws(RedisError) -> Address {
-            var host = hostPort
-            var port: UInt16 = 6379
-            if hostPort.hasPrefix("[") {
-                guard let close = hostPort.firstIndex(of: "]") else { throw bad("unclosed [") }
-                host = hostPort[...close]
-                let after = hostPort[hostPort.index(after: close)...]
-                if !after.isEmpty {
-                    guard after.hasPrefix(":"), let p = UInt16(after.dropFirst()), p > 0 else { throw bad("bad port") }
-                    port = p
-                }
-            } else if let colon = hostPort.lastIndex(of: ":") {
-                host = hostPort[..<colon]
-                guard let p = UInt16(hostPort[hostPort.index(after: colon)...]), p > 0 else { throw bad("bad port") }
-                port = p
-            }
-            guard !host.isEmpty else { throw bad("no host") }
-            let address = Address.tcp(host: String(host), port: port)
-            // Checked now, so a typo fails at startup rather than at every reconnect.
-            guard (try? RedisEndpoint(address: address).socketAddress()) != nil else {
-                throw bad("expected an IPv4 or [IPv6] literal or localhost as the host")
-            }
-            return address
-        }
-        if isCluster {
+        let bad: Failure = { RedisError(.badURL, "\($0) in \"\(RedisEndpoint.redacted(url))\"") }
+        let (scheme, afterScheme) = try Self.splitScheme(url, bad)
+        let (username, password, rest) = try Self.splitCredentials(afterScheme, pathFollows: scheme == .unix, bad)
+        switch scheme {
+        case .unix:
+            let (path, database) = try Self.parseUnixPath(rest, bad)
+            self.init(address: .unix(path: path), username: username, password: password, database: database)
+        case .redis:
+            let (hostPort, database) = try Self.splitDatabase(rest, bad)
+            self.init(address: try Self.parseHostPort(hostPort, bad), username: username, password: password,
+                      database: database)
+        case .cluster:
+            let (hostPort, database) = try Self.splitDatabase(rest, bad)
             guard database == 0 else { throw bad("a Redis Cluster has database 0 only") }
             var addresses: [Address] = []
             for part in hostPort.split(separator: ",", omittingEmptySubsequences: false) {
-                addresses.append(try parseHostPort(part))
+                addresses.append(try Self.parseHostPort(part, bad))
             }
             guard let first = addresses.first, addresses.count <= 64 else { throw bad("expected 1 to 64 seed nodes") }
             self.init(address: first, username: username, password: password, database: 0)
             cluster = true
             moreSeeds = Array(addresses.dropFirst())
-            return
         }
-        self.init(address: try parseHostPort(hostPort), username: username, password: password, database: database)
+    }
+
+    /// Makes the error for a URL that does not parse, saying why.
+    private typealias Failure = (String) -> RedisError
+    private enum Scheme { case redis, cluster, unix }
+
+    private static func splitScheme(_ url: String, _ bad: Failure) throws(RedisError) -> (Scheme, Substring) {
+        for (prefix, scheme) in [("redis://", Scheme.redis), ("redis-cluster://", .cluster), ("unix://", .unix)]
+        where url.hasPrefix(prefix) {
+            return (scheme, url.dropFirst(prefix.count))
+        }
+        throw bad("expected redis://HOST:PORT[/DB], redis-cluster://HOST:PORT[,HOST:PORT...] or unix:///PATH")
+    }
+
+    /// `[[USER]:PASSWORD@]`, percent-decoded, and what follows it. Userinfo ends at the last "@" before the path (a
+    /// password may hold "@" only percent-encoded, but be lenient).
+    private static func splitCredentials(_ text: Substring, pathFollows: Bool, _ bad: Failure) throws(RedisError)
+        -> (username: String?, password: String?, rest: Substring) {
+        let pathStart = pathFollows ? text.firstIndex(of: "/") : nil
+        guard let at = text[..<(pathStart ?? text.endIndex)].lastIndex(of: "@") else { return (nil, nil, text) }
+        let info = text[..<at]
+        let rest = text[text.index(after: at)...]
+        guard let colon = info.firstIndex(of: ":") else {
+            guard let p = percentDecoded(info) else { throw bad("bad percent-encoding in the credentials") }
+            return (nil, p, rest)  // redis://secret@host, as redis-cli -u reads it
+        }
+        let user = info[..<colon]
+        guard let u = percentDecoded(user), let p = percentDecoded(info[info.index(after: colon)...]) else {
+            throw bad("bad percent-encoding in the credentials")
+        }
+        return (user.isEmpty ? nil : u, p, rest)
+    }
+
+    /// `/PATH[?db=DB]`.
+    private static func parseUnixPath(_ text: Substring, _ bad: Failure) throws(RedisError) -> (String, Int) {
+        var path = text
+        var database = 0
+        if let q = text.firstIndex(of: "?") {
+            path = text[..<q]
+            let query = text[text.index(after: q)...]
+            guard query.hasPrefix("db="), let n = Int(query.dropFirst(3)), n >= 0 else { throw bad("expected ?db=N") }
+            database = n
+        }
+        guard path.hasPrefix("/"), path.utf8.count < 108 else { throw bad("expected an absolute socket path under 108 bytes") }
+        return (String(path), database)
+    }
+
+    /// `HOST[:PORT][,…]` and the database number after a `/` (0 when none).
+    private static func splitDatabase(_ text: Substring, _ bad: Failure) throws(RedisError) -> (Substring, Int) {
+        guard let slash = text.firstIndex(of: "/") else { return (text, 0) }
+        let db = text[text.index(after: slash)...]
+        guard !db.isEmpty else { return (text[..<slash], 0) }
+        guard let n = Int(db), n >= 0 else { throw bad("expected a database number after /") }
+        return (text[..<slash], n)
+    }
+
+    /// `HOST[:PORT]` or `[IPv6][:PORT]`; checked now, so a typo fails at startup rather than at every reconnect.
+    private static func parseHostPort(_ hostPort: Substring, _ bad: Failure) throws(RedisError) -> Address {
+        var host = hostPort
+        var port: UInt16 = 6379
+        if hostPort.hasPrefix("[") {
+            guard let close = hostPort.firstIndex(of: "]") else { throw bad("unclosed [") }
+            host = hostPort[...close]
+            let after = hostPort[hostPort.index(after: close)...]
+            if !after.isEmpty {
+                guard after.hasPrefix(":"), let p = UInt16(after.dropFirst()), p > 0 else { throw bad("bad port") }
+                port = p
+            }
+        } else if let colon = hostPort.lastIndex(of: ":") {
+            host = hostPort[..<colon]
+            guard let p = UInt16(hostPort[hostPort.index(after: colon)...]), p > 0 else { throw bad("bad port") }
+            port = p
+        }
+        guard !host.isEmpty else { throw bad("no host") }
+        let address = Address.tcp(host: String(host), port: port)
+        guard (try? RedisEndpoint(address: address).socketAddress()) != nil else {
+            throw bad("expected an IPv4 or [IPv6] literal or localhost as the host")
+        }
+        return address
     }
 
     /// The address to connect to.
