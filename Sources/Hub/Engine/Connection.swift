@@ -49,7 +49,7 @@ public final class Connection {
     private enum State { case open, draining, halfClosed, closed }
 
     // Stored properties are laid out in declaration order: the small ones are grouped so that no padding is left
-    // between them (an idle connection's memory; 168 bytes, a 176-byte malloc block, 256 at first).
+    // between them (an idle connection's memory; `EngineTCPTests` checks the object's size).
 
     /// The socket; valid until the connection closes.
     public let fd: Int32
@@ -67,8 +67,8 @@ public final class Connection {
         get { Int(maxQueued32) }
         set { maxQueued32 = Int32(clamping: newValue) }
     }
-    // `@exclusivity(unchecked)`: Swift checks every access to a class's stored `var` at run time (~80 instructions),
-    // and a delivered event makes a dozen of them here. These fields skip it (docs/ENGINE.md): all but `out` and
+    // `@exclusivity(unchecked)`: Swift checks every access to a class's stored `var` at run time, and a delivered
+    // event makes a dozen of them here. These fields skip it (docs/ENGINE.md): all but `out` and
     // `tlsState` are plain values (integers, flags, an enum without references, a raw pointer), which an overlapping
     // access could leave stale but not unsafe; `out` and `tlsState` are reached only in short accesses that never
     // call out (the queue's methods take no closure and hold no reference back here; `tlsState` is set once, in

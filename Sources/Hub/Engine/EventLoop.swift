@@ -81,9 +81,9 @@ public final class EventLoop: @unchecked Sendable {
     var isAsleep: Bool { inbox.withLock { $0.sleeping } }
 
     /// The loop thread's mutable state, held behind a pointer rather than in stored properties: Swift checks every
-    /// in-place access to a class's stored `var` at run time (exclusivity enforcement: a thread-local access set,
-    /// ~80 instructions an access), and the loop makes a dozen such accesses an iteration and several per event
-    /// (18 % of the instructions of a per-account run were those checks). Accesses to this state are
+    /// in-place access to a class's stored `var` at run time (exclusivity enforcement: a thread-local access set),
+    /// and the loop makes a dozen such accesses an iteration and several per event (docs/ENGINE.md has the
+    /// measurement). Accesses to this state are
     /// short and never call out while they last (a job or handler runs on a copy of the array it came from), which
     /// is what the check would have caught; the state is confined to the loop thread like everything else here.
     private struct LoopState {

@@ -15,8 +15,8 @@ struct OutboundQueue {
     /// array (40 bytes and a malloc block less per idle connection). One that did queue several keeps the array's
     /// buffer (up to 64 slots) for the next burst.
     private var chunks = InlineList<SharedBytes>()
-    // The chunk index and the TLS retry length are stored in 32 bits each, so the queue is 40 bytes, not 48 (issue
-    // 12: with `Connection`'s maximum queue as 32 bits, a 176-byte malloc block per connection instead of 192). Both
+    // The chunk index and the TLS retry length are stored in 32 bits each, so the queue is 40 bytes, not 48 (with
+    // `Connection`'s maximum queue as 32 bits, the connection fits a smaller malloc block). Both
     // are bounded far below Int32.max: the index by the number of queued chunks (each at least one byte, and a
     // connection's queue is capped by --max-queued-bytes, at most 1 GiB, plus one chunk), the retry length by the
     // TLS staging buffer (16 KiB).

@@ -52,7 +52,7 @@ public struct SharedBytes: @unchecked Sendable {
     }
 
     /// Read through the header's pointer: `ManagedBuffer.header` is a stored `var` of a class, and every access to
-    /// it would cost a run-time exclusivity check (~80 instructions; a delivered event reads the count ~5 times).
+    /// it would cost a run-time exclusivity check (a delivered event reads the count several times).
     /// The header is written once, by `create`.
     @inline(__always)
     public var count: Int {

@@ -13,7 +13,7 @@ import Glibc
 /// only while they hold bytes, an incomplete inbound record and the unsent rest of an outbound one.
 ///
 /// The cryptography is OpenSSL's (EVP AEADs, HMAC for HKDF-Expand-Label); the cipher contexts are the loop's
-/// (`TLSRecordCrypto`), re-keyed per record, which costs ~0.1 µs per record and saves ~1.2 KiB per connection.
+/// (`TLSRecordCrypto`), re-keyed per record: a little time per record for ~1.2 KiB less per connection.
 ///
 /// What it does: application data both ways, in records of at most 16 KiB of plaintext; the peer's close_notify
 /// (EOF), user_canceled (ignored) and fatal alerts (the connection fails); KeyUpdate both ways (RFC 8446 §4.6.3),
@@ -49,7 +49,7 @@ final class TLSRecordLayer {
     /// RFC 8446 §5.4: TLSInnerPlaintext (content, type, padding) is at most 2^14 + 1 bytes; with the 16-byte tag of
     /// every suite here, a record's ciphertext says its length before it is opened.
     static let maxInnerPlaintext = maxPlaintext + 1
-    /// A KeyUpdate costs three HKDF expansions (~10 µs), a data record of the same size ~0.3 µs: a peer gets
+    /// A KeyUpdate costs three HKDF expansions, some thirty times a data record of the same size: a peer gets
     /// `keyUpdateBurst` of them, and earns one more with every `keyUpdateBytes` of application data it sends (up to
     /// the burst again). Clients update keys for the AEAD limits, after gigabytes; BoringSSL allows 32 in a row.
     static let keyUpdateBytes = 64 * 1024

@@ -99,7 +99,7 @@ final class EventRing {
     /// `--history-size`; its bytes stay until the ring passes them). Entries take at least 40 bytes, so no two
     /// start in one block. A bitmap beside the ring, not a flag in the entry's header: the entry a stream drops is
     /// usually far behind the head and long out of the cache, where the bitmap (capacity / 256 bytes: 256 KiB
-    /// for 64 MiB) mostly stays in it (measured: ~130 ns per publish less than a store into the entry).
+    /// for 64 MiB) mostly stays in it.
     private let dropped: UnsafeMutablePointer<UInt64>?
     private let droppedBytes: Int
 
@@ -176,7 +176,7 @@ final class EventRing {
 
 /// A FIFO of ring positions (a stream's retained events, oldest first), 8 bytes a slot in one malloc'd block the
 /// ring owns (freed with it). Not an `Array`: appending to an array kept in a class checks the buffer's uniqueness
-/// and capacity in its header, one more cold cache line per publish (measured: ~0.1 µs per publish).
+/// and capacity in its header, one more cold cache line per publish.
 struct PositionRing: ~Copyable {
     private var slots: UnsafeMutablePointer<UInt64>? = nil
     private var capacity: Int32 = 0
@@ -252,8 +252,8 @@ struct PositionRing: ~Copyable {
 /// oldest first; entries the ring has since overwritten are at the front and are skipped) and how many connections
 /// of this hub follow it. Owned by a `HistoryStore` and only touched under the broker's lock.
 ///
-/// The mutable fields skip Swift's run-time exclusivity check (`@exclusivity(unchecked)`, ~80 instructions an
-/// access, several per published event; docs/ENGINE.md): they are touched only by the store's methods, under the
+/// The mutable fields skip Swift's run-time exclusivity check (`@exclusivity(unchecked)`, several accesses per
+/// published event; docs/ENGINE.md): they are touched only by the store's methods, under the
 /// broker's lock, in accesses that call nothing outside the store while they last.
 final class StreamState {
     let key: StreamKey

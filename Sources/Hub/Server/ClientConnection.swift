@@ -26,7 +26,7 @@ final class ClientConnection: ConnectionHandler {
     enum Gauge { case handshaking, upgraded, none }
 
     // Fields that a delivery or a handshake touches skip Swift's run-time exclusivity check:
-    // `@exclusivity(unchecked)`, ~80 instructions an access (docs/ENGINE.md). They hold plain values, where an
+    // `@exclusivity(unchecked)` (docs/ENGINE.md says when that is safe). They hold plain values, where an
     // overlapping access could see a stale value but never free memory in use, or a reference that is only read or
     // replaced in single statements (`connection`, `answering`).
     // The floors and held events of a subscribe being answered (`Answering`) skip it too: they change only by

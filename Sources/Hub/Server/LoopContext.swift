@@ -77,9 +77,8 @@ final class LoopContext: @unchecked Sendable {
     var recoveryMax: Int { reloaded?.recoveryMax ?? hub.configuration.recoveryMax }
 
     /// What fan-out touches for every event (the registry, the counters, the latency histogram), behind a pointer
-    /// rather than in stored properties, so the accesses skip Swift's run-time exclusivity checks (see
-    /// `EventLoop.LoopState`: ~80 instructions an access, several accesses per delivered event). None of these
-    /// accesses calls back into the context while it lasts.
+    /// rather than in stored properties, so the accesses skip Swift's run-time exclusivity checks (docs/ENGINE.md,
+    /// as `EventLoop.LoopState`). None of these accesses calls back into the context while it lasts.
     private struct HotState {
         var registry: LocalRegistry<ClientConnection>
         var counters = LoopCounters()

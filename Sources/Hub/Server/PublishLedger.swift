@@ -53,7 +53,7 @@ final class PublishLedger {
 
     static let recentLimit = 20
     // `record` runs for every batch: the fields it touches skip Swift's run-time exclusivity check
-    // (`@exclusivity(unchecked)`, ~80 instructions an access; docs/ENGINE.md). Each of their accesses is one
+    // (`@exclusivity(unchecked)`; docs/ENGINE.md says when that is safe). Each of their accesses is one
     // statement that calls nothing while it lasts (`update` is static and only writes the record).
     @exclusivity(unchecked) private(set) var channels: [ChannelRecord]
     @exclusivity(unchecked) private(set) var totalPublished = 0

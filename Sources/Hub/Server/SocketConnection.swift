@@ -44,7 +44,7 @@ final class SocketConnection: ConnectionHandler {
     }
 
     // Every publish passes through these fields several times: they skip Swift's run-time exclusivity check
-    // (`@exclusivity(unchecked)`, ~80 instructions an access; docs/ENGINE.md). Each access is one statement, or a
+    // (`@exclusivity(unchecked)`; docs/ENGINE.md says when that is safe). Each access is one statement, or a
     // mutating call on a value (`framer`, the arrays) that calls nothing outside it while it lasts; the handlers and
     // completions that do call out only read them between such accesses.
     let context: LoopContext

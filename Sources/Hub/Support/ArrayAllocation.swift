@@ -4,9 +4,9 @@ import Glibc
 //
 // `Array(repeating:count:)` and `Array(unsafeUninitializedCapacity:initializingWith:)` allocate in the standard
 // library's `_allocateBufferUninitialized(minimumCapacity:)`, which is never inlined: running unspecialised, it looks
-// up `_ContiguousArrayStorage<Element>`'s metadata in the runtime's generic-metadata hash table on every call, ~500
-// instructions under callgrind (three times per published event before, and once per `JSONWriter`). `reserveCapacity`
-// and `append` allocate in code specialised in the caller's module (these are `@inlinable`), where the metadata accessor caches the type.
+// up `_ContiguousArrayStorage<Element>`'s metadata in the runtime's generic-metadata hash table on every call.
+// `reserveCapacity` and `append` allocate in code specialised in the caller's module (these are `@inlinable`),
+// where the metadata accessor caches the type.
 
 extension Array {
     /// `count` copies of `value` (what `Array(repeating:count:)` makes), allocated once.

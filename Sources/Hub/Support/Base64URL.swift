@@ -79,9 +79,8 @@ public enum Base64URL {
     /// Decodes into `out`'s first `decodedCount(bytes.count)` bytes (`out` must hold them) and returns that count;
     /// nil for anything that is not canonical unpadded base64url (`out`'s bytes are then unspecified). Allocates
     /// nothing: the verifier decodes a token's three parts into one scratch buffer on the stack (an array
-    /// each before). Four characters at a time: a token's three parts cost ~2 600 instructions per handshake a byte
-    /// at a time through `append`; an invalid character is noticed once, after the loop (the 0xFF of the reverse
-    /// table sets bits no alphabet value has).
+    /// each before). Four characters at a time, not a byte at a time through `append`; an invalid character is
+    /// noticed once, after the loop (the 0xFF of the reverse table sets bits no alphabet value has).
     package static func decode(_ bytes: UnsafeBufferPointer<UInt8>, into out: UnsafeMutableBufferPointer<UInt8>) -> Int? {
         guard let outCount = decodedCount(bytes.count), outCount <= out.count else { return nil }
         guard outCount > 0, let src = bytes.baseAddress, let dst = out.baseAddress else { return 0 }

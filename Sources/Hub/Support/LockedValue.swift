@@ -10,7 +10,7 @@ import Glibc
 package final class LockedValue<Value>: @unchecked Sendable {
     /// One allocation: the `pthread_mutex_t`, then the value. The value is reached through a pointer, not a stored
     /// `var`, because Swift would check every `inout` access to a stored property at run time (exclusivity
-    /// enforcement, ~80 instructions a lock): here the lock itself is what makes the access exclusive.
+    /// enforcement): here the lock itself is what makes the access exclusive.
     @usableFromInline let base: UnsafeMutableRawPointer
     @inlinable static var valueOffset: Int {
         let align = MemoryLayout<Value>.alignment
