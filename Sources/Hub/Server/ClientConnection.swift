@@ -29,8 +29,8 @@ final class ClientConnection: ConnectionHandler {
     // `@exclusivity(unchecked)` (docs/ENGINE.md says when that is safe). They hold plain values, where an
     // overlapping access could see a stale value but never free memory in use, or a reference that is only read or
     // replaced in single statements (`connection`, `answering`).
-    // The floors and held events of a subscribe being answered (`Answering`) skip it too: they change only by
-    // appends, a `removeAll(where:)` with a pure predicate and assignments. The parser, the reader and the channel
+    // The floors and held events of a subscribe being answered (`Answering`) skip it too: `SubscribeFloors` changes
+    // them only by appends, a `removeAll(where:)` with a pure predicate and assignments. The parser, the reader and the channel
     // list keep the check: their accesses call into the codec and the registry.
     let context: LoopContext
     @exclusivity(unchecked) var connection: Connection!
@@ -77,60 +77,20 @@ final class ClientConnection: ConnectionHandler {
     // Subscriptions: indices into the configured channel list, with this connection's position in each channel's
     // broadcast list. Only the registry changes it (`ChannelMember`).
     private(set) var channels = ChannelList()  // usually one: no allocation
-    /// Per stream, the seq up to which this connection already has the events (from a replay, or because the
-    /// subscription took effect after them): deliveries at or below it are skipped. Only needed until the loop has
-    /// run the deliveries that were already in its inbox when the subscription read its positions, then dropped, so
-    /// the fan-out path pays one `isEmpty` check per delivery.
-    private struct Floor {
-        let channel: Int
-        let broadcast: Bool
-        /// `holding`: a subscribe waits for the broker's answer; its streams' events are held, not written.
-        let seq: UInt64
-        let token: Int
-        static let holding = UInt64.max
-    }
-    /// Floors and held events live in a side object that exists only while a subscribe is being answered, so an
-    /// idle connection carries one nil pointer for them (24 bytes less per connection).
+    /// The floors and held events of subscribes being answered (`SubscribeFloors`). They live in a side object that
+    /// exists only while there are any, so an idle connection carries one nil pointer for them.
     private final class Answering {
-        @exclusivity(unchecked) var floors: [Floor] = []
-        /// Live events of the streams a waiting subscribe adds, held until the answer (bounded by the outbound cap).
-        @exclusivity(unchecked) var held: [PublishedEvent] = []
-        @exclusivity(unchecked) var heldBytes = 0
-        var isEmpty: Bool { floors.isEmpty && held.isEmpty && heldBytes == 0 }
+        @exclusivity(unchecked) var floors = SubscribeFloors()
     }
     @exclusivity(unchecked) private var answering: Answering?
-    private var floors: [Floor] {
-        get { answering?.floors ?? [] }
+    private var floors: SubscribeFloors {
+        get { answering?.floors ?? SubscribeFloors() }
         _modify {
-            let state = answeringState()
+            let state = answering ?? Answering()
+            answering = state
             yield &state.floors
-            dropAnsweringIfDone()
+            if state.floors.isEmpty { answering = nil }
         }
-    }
-    private var held: [PublishedEvent] {
-        get { answering?.held ?? [] }
-        _modify {
-            let state = answeringState()
-            yield &state.held
-            dropAnsweringIfDone()
-        }
-    }
-    private var heldBytes: Int {
-        get { answering?.heldBytes ?? 0 }
-        _modify {
-            let state = answeringState()
-            yield &state.heldBytes
-            dropAnsweringIfDone()
-        }
-    }
-    private func answeringState() -> Answering {
-        if let answering { return answering }
-        let state = Answering()
-        answering = state
-        return state
-    }
-    private func dropAnsweringIfDone() {
-        if answering?.isEmpty == true { answering = nil }
     }
 
     // Counters for admin views.
@@ -642,10 +602,7 @@ final class ClientConnection: ConnectionHandler {
             loop.execute { me.value.client?.attached(pending.value, result) }
         }
         // The answer comes later: hold the new streams' live events, and read nothing more from the client meanwhile.
-        for index in indices {
-            floors.append(Floor(channel: index, broadcast: false, seq: Floor.holding, token: request.token))
-            floors.append(Floor(channel: index, broadcast: true, seq: Floor.holding, token: request.token))
-        }
+        floors.hold(channels: indices, token: request.token)
         attaching = true
         connection?.pauseReading()
     }
@@ -668,15 +625,12 @@ final class ClientConnection: ConnectionHandler {
         // A connection that closed meanwhile has already left its streams (`unsubscribeAll`).
         guard attaching, phase == .webSocket else { return }
         attaching = false
-        let held = self.held
-        self.held = []
-        heldBytes = 0
-        retireFloors { $0.token == request.token }
+        let held = floors.answered(token: request.token)
         switch result {
         case .success(let positions):
             finishSubscribe(request, positions, dropFloorsAfterInbox: false)
             // What arrived meanwhile, in arrival order (seq order per stream), minus what the read already covered.
-            for event in held where !isAtOrBelowFloor(event) {
+            for event in held where !floors.covers(event) {
                 guard deliver(frame: event.frame) else { break }
             }
         case .failure(let failure):
@@ -697,13 +651,13 @@ final class ClientConnection: ConnectionHandler {
     /// `dropFloorsAfterInbox`: the local broker's read is ordered with this loop's inbox, so the floors can go once
     /// the inbox has run. A later answer is not: an event at or below the position may still be on its way (Redis
     /// flushes a pub/sub message and a read reply on different connections in no guaranteed order), so those floors
-    /// go only when an event above them passes (`floorCheck`).
+    /// go only when an event above them passes (`SubscribeFloors.decide`).
     private func finishSubscribe(_ request: PendingSubscribe, _ read: [StreamPosition], dropFloorsAfterInbox: Bool = true) {
         guard read.count == 2 * request.indices.count else { return fail(.internalError, reason: "broker answered a different read") }
         let hubEpoch = hub.broker.epoch
         var positions: [ClientReplies.ChannelPosition] = []
         positions.reserveCapacity(request.indices.count)
-        var newFloors: [Floor] = []
+        var newFloors: [SubscribeFloors.Floor] = []
         newFloors.reserveCapacity(2 * request.indices.count)  // one allocation, not one per doubling
         // A replay may fill at most half the outbound cap, so the live events behind it still fit.
         var budget = max(0, hub.configuration.maxQueuedBytes / 2 - (connection?.queuedBytes ?? 0))
@@ -729,17 +683,12 @@ final class ClientConnection: ConnectionHandler {
                     context.counters.recoveries[RecoveryOutcome.index(of: failure)] += 1
                 }
             }
-            newFloors.append(Floor(channel: index, broadcast: false, seq: a.seq, token: request.token))
-            newFloors.append(Floor(channel: index, broadcast: true, seq: b.seq, token: request.token))
+            newFloors.append(SubscribeFloors.Floor(channel: index, broadcast: false, seq: a.seq, token: request.token))
+            newFloors.append(SubscribeFloors.Floor(channel: index, broadcast: true, seq: b.seq, token: request.token))
             positions.append(position)
         }
-        if newFloors.isEmpty {
-            // a subscribe to no channel: nothing to hold back (and no side object made for nothing)
-        } else if floors.isEmpty {
-            answeringState().floors = newFloors
-        } else {
-            floors.append(contentsOf: newFloors)
-        }
+        // A subscribe to no channel has nothing to hold back (and makes no side object for nothing).
+        if !newFloors.isEmpty { floors.add(newFloors) }
         reply { w in ClientReplies.subscribed(channels: request.names, positions: positions, id: request.id, into: &w) }
         // Runs after every delivery job that was in this loop's inbox when the positions were read (the inbox is
         // FIFO): from then on, every event for these streams is above its floor.
@@ -765,14 +714,7 @@ final class ClientConnection: ConnectionHandler {
     }
 
     private func dropFloors(upTo token: Int) {
-        retireFloors { $0.token <= token }
-    }
-
-    /// Removes floors; the last one gone also frees the array's buffer (`removeAll(where:)` keeps it), so an idle
-    /// connection that once subscribed carries no floor storage (96 bytes per connection before).
-    private func retireFloors(where shouldRetire: (Floor) -> Bool) {
-        guard answering != nil else { return }
-        floors.removeAll(where: shouldRetire)  // the last one gone drops the side object, and the array's buffer
+        if answering != nil { floors.retire(upTo: token) }
     }
 
     private func unsubscribe(_ names: [String], id: RawJSON?) {
@@ -781,7 +723,7 @@ final class ClientConnection: ConnectionHandler {
         for index in indices {
             if channels.contains(index) {
                 context.registry.unsubscribe(self, account: account, channel: index)  // removes it from `channels`
-                retireFloors { $0.channel == index }
+                if answering != nil { floors.retire(channel: index) }
                 left.append(StreamKey(channel: index, account: account))
                 left.append(StreamKey(channel: index, account: nil))
             }
@@ -878,8 +820,8 @@ final class ClientConnection: ConnectionHandler {
     /// an event the connection already has (at or below its floor for that stream).
     @inline(__always)
     func deliver(_ event: PublishedEvent) -> Bool {
-        if let answering, !answering.floors.isEmpty {
-            switch floorCheck(event) {
+        if let answering, !answering.floors.floors.isEmpty {
+            switch floors.decide(channel: event.channel, broadcast: event.account == nil, seq: event.seq) {
             case .skip: return false
             case .hold: return hold(event)
             case .pass: break
@@ -888,37 +830,12 @@ final class ClientConnection: ConnectionHandler {
         return deliver(frame: event.frame)
     }
 
-    private enum FloorDecision { case pass, skip, hold }
-
-    /// Where a live event stands against this connection's floors. An event above a floor also retires that floor:
-    /// each stream reaches a loop in seq order, so nothing at or below it can follow.
-    private func floorCheck(_ event: PublishedEvent) -> FloorDecision {
-        let broadcast = event.account == nil
-        // A stream may have several floors (a channel subscribed again): the highest decides.
-        var highest: UInt64? = nil
-        for floor in floors where floor.channel == event.channel && floor.broadcast == broadcast {
-            if floor.seq == Floor.holding { return .hold }
-            highest = max(highest ?? 0, floor.seq)
-        }
-        guard let highest else { return .pass }
-        if event.seq <= highest { return .skip }
-        retireFloors { $0.channel == event.channel && $0.broadcast == broadcast }
-        return .pass
-    }
-
-    private func isAtOrBelowFloor(_ event: PublishedEvent) -> Bool {
-        let broadcast = event.account == nil
-        return floors.contains { $0.channel == event.channel && $0.broadcast == broadcast && event.seq <= $0.seq }
-    }
-
     /// Keeps a live event until the waiting subscribe's answer; past the outbound cap the client is too slow.
     private func hold(_ event: PublishedEvent) -> Bool {
-        heldBytes += event.frame.count
-        if heldBytes > hub.configuration.maxQueuedBytes {
+        guard floors.keep(event, cap: hub.configuration.maxQueuedBytes) else {
             slowConsumer()
             return false
         }
-        held.append(event)
         return true
     }
 
