@@ -80,16 +80,16 @@ final class ClientConnection: ConnectionHandler {
     /// The floors and held events of subscribes being answered (`SubscribeFloors`). They live in a side object that
     /// exists only while there are any, so an idle connection carries one nil pointer for them.
     private final class Answering {
-        @exclusivity(unchecked) var floors = SubscribeFloors()
+        @exclusivity(unchecked) var rule = SubscribeFloors()
     }
     @exclusivity(unchecked) private var answering: Answering?
     private var floors: SubscribeFloors {
-        get { answering?.floors ?? SubscribeFloors() }
+        get { answering?.rule ?? SubscribeFloors() }
         _modify {
-            let state = answering ?? Answering()
-            answering = state
-            yield &state.floors
-            if state.floors.isEmpty { answering = nil }
+            let side = answering ?? Answering()
+            answering = side
+            yield &side.rule
+            if side.rule.isEmpty { answering = nil }
         }
     }
 
@@ -820,7 +820,7 @@ final class ClientConnection: ConnectionHandler {
     /// an event the connection already has (at or below its floor for that stream).
     @inline(__always)
     func deliver(_ event: PublishedEvent) -> Bool {
-        if let answering, !answering.floors.floors.isEmpty {
+        if let answering, !answering.rule.floors.isEmpty {
             switch floors.decide(channel: event.channel, broadcast: event.account == nil, seq: event.seq) {
             case .skip: return false
             case .hold: return hold(event)
