@@ -1,10 +1,7 @@
 // One input of the cluster wire fuzzer (`Fuzz/ClusterWireFuzz.swift`), also replayed by `swift test`
 // (`ClusterWireTests`). The fuzz build compiles this file together with Sources/Hub/Redis/ClusterWire.swift.
-#if canImport(Hub)
-@testable import Hub
+#if canImport(HubCluster)
 @testable import HubCluster
-@testable import HubJSON
-@testable import HubRouting
 #endif
 
 /// The input is a fan-out message's bytes as another node (or anything on the Redis channel) could send them.

@@ -1,13 +1,8 @@
 // One input of the TLS record-layer fuzzer (`Fuzz/TLSRecordsFuzz.swift`), also replayed by `swift test`
 // (`TLSRecordLayerTests`). The fuzz build compiles this file together with Sources/Hub/Engine/TLSRecords.swift, with
 // no Hub module to import.
-#if canImport(Hub)
-@testable import Hub
-@testable import HubAuth
-@testable import HubCluster
+#if canImport(HubEngine)
 @testable import HubEngine
-@testable import HubJSON
-@testable import HubRouting
 #endif
 import COpenSSL
 import Glibc
