@@ -349,7 +349,7 @@ public final class EventLoop: @unchecked Sendable {
     // MARK: Loop thread
 
     @inline(__always)
-    package func assertInLoop(_ file: StaticString = #fileID, _ line: UInt = #line) {
+    @inlinable package func assertInLoop(_ file: StaticString = #fileID, _ line: UInt = #line) {
         assert(inEventLoop, "loop-bound API used off the loop thread", file: file, line: line)
     }
 

@@ -300,15 +300,14 @@ public final class EventBatch: Sendable {
     /// Per event, the loops (bit i: loop i) with followers of its stream when it was numbered; empty when every loop
     /// the batch is handed to follows every event of it (one loop, or the same loops for all). A loop skips the
     /// events it does not follow instead of looking each one up in its registry to find nobody there.
-    let loops: [UInt64]
+    @usableFromInline let loops: [UInt64]
     package init(events: [PublishedEvent], loops: [UInt64] = []) {
         self.events = events
         self.loops = loops
     }
 
     /// Whether loop `loop` may have subscribers of event `i`.
-    @inline(__always)
-    package func reaches(_ i: Int, loop: Int) -> Bool {
+    @inlinable package func reaches(_ i: Int, loop: Int) -> Bool {
         loops.isEmpty || (loop < 64 && loops[i] & (1 << UInt64(loop)) != 0)
     }
 }

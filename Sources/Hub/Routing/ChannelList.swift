@@ -5,8 +5,8 @@
 /// a sentinel rather than an optional, so the list stays 16 bytes (an idle connection's memory; the connection
 /// object must fit its malloc block, `EngineTCPTests`). The configured list is far shorter than Int32.max, and a
 /// loop holds far fewer connections, so both numbers always fit.
-package struct ChannelList: RandomAccessCollection {
-    @usableFromInline struct Entry {
+@usableFromInline package struct ChannelList: RandomAccessCollection {
+    @usableFromInline struct Entry: Sendable {
         @usableFromInline var channel: Int32
         @usableFromInline var position: Int32
         @usableFromInline static let none = Entry(channel: -1, position: -1)

@@ -5,7 +5,7 @@
 /// as freed would not be. Here a popped slot is set to nil at once, and the buffer shrinks when it is mostly empty
 /// (a stream that had a burst does not keep its peak capacity).
 /// `@inlinable`: the cluster module queues its Redis commands in one, specialised there.
-package struct Ring<Element> {
+@usableFromInline package struct Ring<Element> {
     @usableFromInline var storage: [Element?] = []
     @usableFromInline var head = 0
     @usableFromInline package internal(set) var count = 0
@@ -55,7 +55,7 @@ package struct Ring<Element> {
     @inlinable package mutating func removeAll() { self = Ring() }
 
     /// A power of two, at least `count`.
-    @usableFromInline mutating func resize(to newCapacity: Int) {
+    @inlinable mutating func resize(to newCapacity: Int) {
         var size = 4
         while size < newCapacity { size *= 2 }
         var grown = [Element?](repeating: nil, count: size)

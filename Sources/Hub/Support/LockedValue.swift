@@ -7,7 +7,7 @@ import Glibc
 /// eight threads appending under one `Mutex`, is reported at -O and -Onone alike). `pthread_mutex_lock` is intercepted
 /// by the sanitizers, so `scripts/sanitize thread` can prove the hub's real synchronization instead of drowning in
 /// false reports. glibc's mutex is futex-based too: an uncontended lock is one atomic exchange either way.
-package final class LockedValue<Value>: @unchecked Sendable {
+@usableFromInline package final class LockedValue<Value>: @unchecked Sendable {
     /// One allocation: the `pthread_mutex_t`, then the value. The value is reached through a pointer, not a stored
     /// `var`, because Swift would check every `inout` access to a stored property at run time (exclusivity
     /// enforcement): here the lock itself is what makes the access exclusive.
