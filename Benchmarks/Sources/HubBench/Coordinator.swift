@@ -185,6 +185,8 @@ final class Coordinator {
         s.machine = .now()
         return s
     }
+    /// Each server process's CPU seconds (with its children), in `--server-pid` order: a cluster's nodes one by one.
+    func serverCPUByProcess() -> [Double] { serverPIDs.map { ProcSample.tree($0).cpuSeconds } }
     func redisCPU() -> Double { redisPID.flatMap { ProcSample.single($0)?.cpuSeconds } ?? 0 }
 
     func generatorCPU(_ snaps: [WorkerSnap]? = nil) -> Double {

@@ -144,9 +144,9 @@ extension Coordinator {
             usleep(200_000)  // settle at the new rate before measuring
             let first = snapAll()
             let tStart = monotonicNanos()
-            let s0 = server(), g0 = generatorCPU(first), p0 = publisher.snapshot(), r0 = redisCPU()
+            let s0 = server(), g0 = generatorCPU(first), p0 = publisher.snapshot(), r0 = redisCPU(), n0 = serverCPUByProcess()
             watch(seconds: stepSeconds, publisher: publisher, label: "\(Int(rate))/s")
-            let p1 = publisher.snapshot(), s1 = server(), r1 = redisCPU()
+            let p1 = publisher.snapshot(), s1 = server(), r1 = redisCPU(), n1 = serverCPUByProcess()
             let snaps = snapAll()
             let dt = seconds(since: tStart)
             let g1 = generatorCPU(snaps)
@@ -164,6 +164,9 @@ extension Coordinator {
                 "machine_cpu_percent": MachineSample.busyPercent(s0.machine, s1.machine),
                 "publish_errors": p1.errors - p0.errors, "publish_skipped": p1.skipped - p0.skipped,
             ]
+            if serverPIDs.count > 1 {
+                row["server_cpu_percent_by_process"] = zip(n0, n1).map { r(($1 - $0) / dt * 100) }
+            }
             if redisPID != nil {
                 row["redis_cpu_percent"] = r((r1 - r0) / dt * 100)
                 row["redis_cpu_us_per_event"] = p1.acked > p0.acked ? r((r1 - r0) * 1e6 / Double(p1.acked - p0.acked), 100) : 0
