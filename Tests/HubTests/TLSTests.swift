@@ -374,6 +374,35 @@ extension TLSTests {
         #expect(stats["recordLayerConnections"] as? Int == 5, "\(stats)")
     }
 
+    /// `--tls-records openssl`: the same TLS 1.3 sessions (every suite, resumption, KeyUpdate both ways, events to a
+    /// subscribed client), with no connection handed to the hub's record layer.
+    @Test func openSSLRecordsKeepEveryConnectionWithOpenSSL() throws {
+        let ca = try TestCA()
+        let (hub, _, _) = try Self.tlsHub(ca, extra: ["--tls-records", "openssl"])
+        let health = "GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+        for suite in ["TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256"] {
+            let out = try Self.sClient(port: hub.port, ca: ca, ["-ciphersuites", suite], input: health)
+            #expect(out.contains("New, TLSv1.3, Cipher is \(suite)") && out.contains("HTTP/1.1 200 OK"), "\(suite): \(out)")
+        }
+        let session = ca.directory + "/session.pem"
+        _ = try Self.sClient(port: hub.port, ca: ca, ["-sess_out", session], input: health)
+        let resumed = try Self.sClient(port: hub.port, ca: ca, ["-sess_in", session], input: health)
+        #expect(resumed.contains("Reused, TLSv1.3") && resumed.contains("HTTP/1.1 200 OK"), "\(resumed)")
+
+        let client = try Self.subscribedClient(hub, ca: ca, account: "acc_1")
+        for (round, requested) in [(1, SSL_KEY_UPDATE_REQUESTED), (2, SSL_KEY_UPDATE_NOT_REQUESTED)] {
+            #expect(SSL_key_update(client.ssl, requested) == 1)
+            _ = try hub.publish(channel: "wallet_updates", account: "acc_1", type: "after_update", data: #"{"round":\#(round)}"#)
+            try client.sendText(#"{"type":"ping","id":"p\#(round)"}"#)
+            let texts = client.readTexts(2)
+            #expect(texts.contains { $0.contains(#""round":\#(round)"#) } && texts.contains { $0.contains(#""id":"p\#(round)""#) },
+                    "round \(round): \(texts)")
+        }
+        let stats = try hub.stats()["tls"] as? [String: Any] ?? [:]
+        #expect(stats["handshakes"] as? Int == 6, "\(stats)")
+        #expect(stats["recordLayerConnections"] as? Int == 0, "\(stats)")
+    }
+
     /// KeyUpdate from the client, with and without asking for one back (RFC 8446 §4.6.3), in the middle of a
     /// subscribed session: events keep arriving, so the hub switched its read keys and, when asked, its write keys.
     @Test func keyUpdatesBothWaysKeepTheSessionGoing() throws {

@@ -171,12 +171,12 @@ public final class Connection {
             state.ssl = session
             state.phase = .handshaking
             state.context = tls
-            if tls.isServer {
+            if tls.handsOffRecords {
                 let secrets = UnsafeMutablePointer<hub_tls13_secrets>.allocate(capacity: 1)
                 secrets.initialize(to: hub_tls13_secrets())
                 state.secrets = secrets
                 _ = hub_SSL_set_secrets(session, secrets)
-            } else {
+            } else if !tls.isServer {
                 state.sniffed = true
                 // A TLS client speaks first (its hello): it waits for the socket to be writable (connected).
                 interest = Epoll.readable | Epoll.writable
@@ -531,6 +531,8 @@ public final class Connection {
                     closeNow(reason: .error(EPROTO), abortive: false)
                     return
                 }
+            } else if tlsContext?.isServer == true {
+                SSL_set_read_ahead(ssl, 1)  // `--tls-records openssl`: OpenSSL keeps the connection
             }
             loop.metrics.tlsHandshakes += 1
             setInterest(readingPaused ? 0 : Epoll.readable)

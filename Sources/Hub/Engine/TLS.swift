@@ -19,9 +19,20 @@ import Synchronization
 /// - No server-side session cache (memory stays bounded); TLS 1.3 resumption still works through one stateless ticket,
 ///   issued after the handshake (see `TLSRecordLayer`, which then runs the connection's records).
 ///
+/// Records after a TLS 1.3 server handshake: the hub's own layer by default (`TLSRecordLayer`, ~0.3 KiB per idle
+/// connection), or OpenSSL's throughout (`.openssl`: ~15 KiB more per connection, no record of ours on the wire).
+///
 /// Reload: `ServerTLS.reload` builds a new context and swaps it in; connections keep the context they were made from
 /// (OpenSSL counts references), new ones get the new pair. A pair that fails to load leaves the old one in place.
 public final class TLSContext: @unchecked Sendable {
+    /// Who seals and opens a TLS 1.3 server connection's records once its handshake is done.
+    public enum Records: String, Sendable, CaseIterable {
+        /// The hub's record layer (`TLSRecordLayer`); TLS 1.2 connections stay with OpenSSL.
+        case hub
+        /// OpenSSL's, for every connection.
+        case openssl
+    }
+
     /// The current `SSL_CTX`; swapped under the lock on reload.
     private let current: LockedValue<OpaquePointer>
     let isServer: Bool
@@ -29,13 +40,19 @@ public final class TLSContext: @unchecked Sendable {
     let plaintextAnswer: [UInt8]
     /// SNI to send (clients only).
     let serverName: String?
+    /// Servers: who runs the records after a TLS 1.3 handshake.
+    let records: Records
 
-    private init(ctx: OpaquePointer, isServer: Bool, plaintextAnswer: [UInt8], serverName: String?) {
+    private init(ctx: OpaquePointer, isServer: Bool, plaintextAnswer: [UInt8], serverName: String?, records: Records) {
         current = LockedValue(ctx)
         self.isServer = isServer
         self.plaintextAnswer = plaintextAnswer
         self.serverName = serverName
+        self.records = records
     }
+
+    /// Whether a server connection captures its traffic secrets for the hub's record layer.
+    var handsOffRecords: Bool { isServer && records == .hub }
 
     deinit { current.withLock { SSL_CTX_free($0) } }
 
@@ -43,9 +60,11 @@ public final class TLSContext: @unchecked Sendable {
     /// - Parameter plaintextAnswer: bytes written in the clear to a peer that sends plain HTTP instead of a TLS hello
     ///   (an HTTP 400 explaining that the port speaks TLS), then the connection is closed.
     /// - Throws: `TLSError` naming the file and OpenSSL's reason (unreadable, not PEM, key does not match).
-    public static func server(certificateFile: String, keyFile: String, plaintextAnswer: [UInt8] = []) throws(TLSError) -> TLSContext {
-        let ctx = try makeServerContext(certificateFile: certificateFile, keyFile: keyFile)
-        return TLSContext(ctx: ctx, isServer: true, plaintextAnswer: plaintextAnswer, serverName: nil)
+    /// - Parameter records: who runs a TLS 1.3 connection's records after its handshake.
+    public static func server(certificateFile: String, keyFile: String, plaintextAnswer: [UInt8] = [],
+                              records: Records = .hub) throws(TLSError) -> TLSContext {
+        let ctx = try makeServerContext(certificateFile: certificateFile, keyFile: keyFile, records: records)
+        return TLSContext(ctx: ctx, isServer: true, plaintextAnswer: plaintextAnswer, serverName: nil, records: records)
     }
 
     /// A client context. `caFile` nil with `verify` false trusts any certificate (benchmarks against a test CA).
@@ -64,13 +83,13 @@ public final class TLSContext: @unchecked Sendable {
         }
         let alpn: [UInt8] = [8] + Array("http/1.1".utf8)
         _ = SSL_CTX_set_alpn_protos(ctx, alpn, UInt32(alpn.count))
-        return TLSContext(ctx: ctx, isServer: false, plaintextAnswer: [], serverName: serverName)
+        return TLSContext(ctx: ctx, isServer: false, plaintextAnswer: [], serverName: serverName, records: .openssl)
     }
 
     /// Loads a new certificate and key and makes new connections use them; on failure nothing changes.
     public func reload(certificateFile: String, keyFile: String) throws(TLSError) {
         precondition(isServer)
-        let fresh = try Self.makeServerContext(certificateFile: certificateFile, keyFile: keyFile)
+        let fresh = try Self.makeServerContext(certificateFile: certificateFile, keyFile: keyFile, records: records)
         let old = current.withLock { ctx -> OpaquePointer in
             let old = ctx
             ctx = fresh
@@ -120,15 +139,20 @@ public final class TLSContext: @unchecked Sendable {
         hub_SSL_CTX_set_read_ahead(ctx, 1)
     }
 
-    private static func makeServerContext(certificateFile: String, keyFile: String) throws(TLSError) -> OpaquePointer {
+    private static func makeServerContext(certificateFile: String, keyFile: String, records: Records) throws(TLSError) -> OpaquePointer {
         ERR_clear_error()
         guard let ctx = SSL_CTX_new(TLS_server_method()) else { throw TLSError("SSL_CTX_new failed: \(openSSLErrors())") }
         configureCommon(ctx)
         _ = hub_SSL_CTX_set_session_cache_mode(ctx, Int(SSL_SESS_CACHE_OFF))
-        // No ticket inside the handshake: `TLSRecordLayer.takeOver` issues it once the handshake is done, into a
-        // memory BIO, so that it knows how many records went out under the new keys.
-        _ = SSL_CTX_set_num_tickets(ctx, 0)
-        hub_SSL_CTX_capture_tls13_secrets(ctx)
+        switch records {
+        case .hub:
+            // No ticket inside the handshake: `TLSRecordLayer.takeOver` issues it once the handshake is done, into a
+            // memory BIO, so that it knows how many records went out under the new keys.
+            _ = SSL_CTX_set_num_tickets(ctx, 0)
+            hub_SSL_CTX_capture_tls13_secrets(ctx)
+        case .openssl:
+            _ = SSL_CTX_set_num_tickets(ctx, 1)  // the one stateless ticket the hub's layer would issue
+        }
         hub_SSL_CTX_use_alpn_http11(ctx)
         guard access(certificateFile, R_OK) == 0 else {
             SSL_CTX_free(ctx)

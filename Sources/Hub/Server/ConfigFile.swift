@@ -1,5 +1,6 @@
 import Glibc
 import HubCluster
+import HubEngine
 import HubJSON
 
 /// The configuration file (`--config FILE`, `HUB_CONFIG`): one JSON object, one key per option, named as the flag
@@ -154,6 +155,7 @@ extension HubConfiguration {
         case "tls-cert": c.tlsCertificateFile.map(FileValue.string)
         case "tls-key": c.tlsKeyFile.map(FileValue.string)
         case "tls-listen": c.tlsListen.map(FileValue.string)
+        case "tls-records": .string(c.tlsRecords.rawValue)
         case "socket": .string(c.socketPath)
         case "state-dir": .string(c.stateDirectory)
         case "jwt-secret-file": c.jwtSecretFile.map(FileValue.string)

@@ -1,5 +1,6 @@
 import Foundation
 import HubCluster
+import HubEngine
 import HubSupport
 
 /// Everything `hub` can be told, from flags or `HUB_…` environment variables (a flag wins over its variable).
@@ -11,6 +12,8 @@ public struct HubConfiguration: Sendable, Equatable {
     public var tlsKeyFile: String? = nil
     /// A second listener that speaks TLS, next to the plain one on `listen`.
     public var tlsListen: String? = nil
+    /// Who runs a TLS 1.3 connection's records after its handshake: the hub's layer, or OpenSSL's.
+    public var tlsRecords = TLSContext.Records.hub
     public var socketPath = "./hub.sock"
     public var stateDirectory = "./.hub-state"
     public var jwtSecretFile: String? = nil
@@ -85,6 +88,13 @@ public struct HubConfiguration: Sendable, Equatable {
               defaultText: { _ in "none" }, apply: { c, v throws(ConfigurationError) in c.tlsKeyFile = try nonEmpty(v, "tls-key") }),
         .init(name: "tls-listen", kind: .value(placeholder: "HOST:PORT"), help: "a TLS listener next to the plain --listen (without it, --tls-cert makes --listen itself speak TLS)",
               defaultText: { _ in "none" }, apply: { c, v throws(ConfigurationError) in c.tlsListen = try parseListen(v) }),
+        .init(name: "tls-records", kind: .value(placeholder: "LAYER"), help: "after a TLS 1.3 handshake: \"hub\" (the hub's own record layer, ~0.3 KiB per idle connection) or \"openssl\" (OpenSSL's throughout: ~15 KiB more per connection, nothing of ours on the wire)",
+              defaultText: { $0.tlsRecords.rawValue }, apply: { c, v throws(ConfigurationError) in
+                  guard let records = TLSContext.Records(rawValue: v) else {
+                      throw ConfigurationError(message: "tls-records must be hub or openssl, got \"\(v)\"")
+                  }
+                  c.tlsRecords = records
+              }),
         .init(name: "socket", kind: .value(placeholder: "PATH"), help: "Unix socket for publishing and hubctl (mode 0660)",
               defaultText: { $0.socketPath }, apply: { c, v throws(ConfigurationError) in c.socketPath = try nonEmpty(v, "socket") }),
         .init(name: "state-dir", kind: .value(placeholder: "DIR"), help: "where the hub keeps its generated JWT secret, and its recovery state across a graceful restart",

@@ -245,7 +245,8 @@ public final class HubServer: Sendable {
         do {
             try SecretFile.checkTrusted(path: cert, what: "TLS certificate file")
             try SecretFile.checkTrusted(path: key, what: "TLS key file")
-            return try TLSContext.server(certificateFile: cert, keyFile: key, plaintextAnswer: plaintextToTLSResponse)
+            return try TLSContext.server(certificateFile: cert, keyFile: key, plaintextAnswer: plaintextToTLSResponse,
+                                         records: c.tlsRecords)
         } catch {
             throw StartError("TLS: \(error)")
         }
