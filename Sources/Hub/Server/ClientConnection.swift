@@ -63,16 +63,14 @@ final class ClientConnection: ConnectionHandler {
         var reader: MessageReader
         init(_ reader: MessageReader) { self.reader = reader }
     }
-    private var compressor: PerMessageDeflater?
+    /// `/echo` only.
+    private var echoSession: EchoSession?
 
     // Identity (after the handshake)
     var account = AccountID("")
     @exclusivity(unchecked) var tokenExpiresAt: Int64 = 0
     var platform: String?
     var appVersion: String?
-
-    /// The subprotocol name of the hub's JSON protocol, answered when a client offers it (RFC 6455 §4.2.2).
-    static let subprotocol = "hub.v1"
 
     // Subscriptions: indices into the configured channel list, with this connection's position in each channel's
     // broadcast list. Only the registry changes it (`ChannelMember`).
@@ -185,7 +183,7 @@ final class ClientConnection: ConnectionHandler {
         if bytes.first == 22, box.parser.isAtStart, connection?.isTLS == false {
             httpParser = nil
             context.counters.tlsHelloOnPlainPort += 1
-            respondHTTP(Self.tlsToPlainResponse)
+            respondHTTP(FrontDoor.tlsToPlainResponse)
             return bytes.count
         }
         let result: HTTPParseResult<HTTPRequestHead>
@@ -211,70 +209,53 @@ final class ClientConnection: ConnectionHandler {
         }
     }
 
+    /// Carries out the front door's decision (`FrontDoor`).
     private func route(_ head: HTTPRequestHead) {
-        if answersBusy { return respondHTTP(ClientAcceptor.busyResponse) }
-        do {
-            try head.validateHost()
-        } catch {
-            return respondHTTP(error.response())
-        }
-        switch head.path {
-        case "/ws":
-            upgrade(head, mode: .hub)
-        case "/echo" where hub.configuration.echo:
-            upgrade(head, mode: .echo)
-        case "/healthz":
-            guard head.method == "GET" || head.method == "HEAD" else { return respondHTTP(Self.methodNotAllowed()) }
+        let door = FrontDoor(hub: hub, allowedOrigins: context.allowedOrigins)
+        switch door.decide(head, answersBusy: answersBusy) {
+        case .respond(let response, let headOnly):
+            respondHTTP(response, headOnly: headOnly)
+        case .refused(let failure):
+            refuse(failure)
+        case .health(let headOnly):
             count(as: .none)  // its request is complete: not a handshake any more, so it does not count itself
             let loop = context.loop
             let me = LoopBound(Weak(self), loop: loop)
-            let headOnly = head.method == "HEAD"
             hub.gatherHealthJSON { status, text in
                 loop.execute { me.value.object?.respondHTTP(HTTPResponse.json(status: status, body: text), headOnly: headOnly) }
             }
-        case "/readyz":
-            // Readiness, not liveness: 503 from the moment shutdown begins, so a load balancer stops sending new
-            // clients while the connected ones are drained (`/healthz` stays 200: the process is alive).
-            guard head.method == "GET" || head.method == "HEAD" else { return respondHTTP(Self.methodNotAllowed()) }
-            let response = hub.isShuttingDown ? Self.drainingResponse : Self.readyResponse
-            respondHTTP(response, headOnly: head.method == "HEAD")
-        case "/metrics":
-            guard head.method == "GET" || head.method == "HEAD" else { return respondHTTP(Self.methodNotAllowed()) }
+        case .metrics(let headOnly):
             count(as: .none)  // as above: hub_connections_handshaking does not include the scrape itself
             let loop = context.loop
             let me = LoopBound(Weak(self), loop: loop)
-            let headOnly = head.method == "HEAD"
             hub.gatherMetricsText { text in
                 loop.execute { me.value.object?.respondHTTP(HTTPResponse.make(
                     status: 200, headers: [("Content-Type", "text/plain; version=0.0.4; charset=utf-8")], body: Array(text.utf8)),
                     headOnly: headOnly) }
             }
-        default:
-            respondHTTP(HTTPError(status: 404, code: "NOT_FOUND", message: "no such path: \(head.path)").response())
-        }
-    }
-
-    /// The response up to and including the blank line that ends its head.
-    static func head(of response: [UInt8]) -> ArraySlice<UInt8> {
-        var i = 3
-        while i < response.count {
-            if response[i] == 0x0A && response[i - 1] == 0x0D && response[i - 2] == 0x0A && response[i - 3] == 0x0D {
-                return response[...i]
+        case .session(let request, let subprotocol, let identity):
+            switch identity {
+            case .awaitingAuth:
+                awaitingAuth = true
+            case .verified(let token, let platform, let appVersion):
+                account = AccountID(token.subject)
+                tokenExpiresAt = token.expiresAt
+                guard hub.admitAccount(account) else {
+                    context.counters.rejectedConnections += 1
+                    return respondHTTP(HTTPError(status: 429, code: "RATE_LIMITED", message: accountLimitMessage,
+                                                 headers: [("Retry-After", "10")]).response())
+                }
+                countedForAccount = true
+                self.platform = platform
+                self.appVersion = appVersion
             }
-            i += 1
+            upgrade(request, subprotocol: subprotocol, extensions: nil, mode: .hub)
+        case .echo(let request):
+            let session = EchoSession(offers: request.extensions)
+            echoSession = session
+            readerBox = ReaderBox(session.makeReader(maxMessageBytes: hub.configuration.maxEchoMessageBytes))
+            upgrade(request, subprotocol: nil, extensions: session.extensionsHeader, mode: .echo)
         }
-        return response[...]
-    }
-
-    static let readyResponse = HTTPResponse.json(status: 200, body: #"{"status":"ready"}"#)
-    static let drainingResponse = HTTPError(status: 503, code: "SHUTTING_DOWN", message: "the hub is shutting down; connect to another",
-                                            headers: [("Retry-After", "5")]).response()
-
-    static let tlsToPlainResponse = HTTPError(status: 400, code: "TLS_NOT_ENABLED",
-                                              message: "this port speaks plain HTTP: connect with ws:// (or http://)").response()
-
-    static func methodNotAllowed() -> [UInt8] {
-        HTTPError(status: 405, code: "METHOD_NOT_ALLOWED", message: "only GET is allowed here", headers: [("Allow", "GET")]).response()
     }
 
     /// Sends a complete HTTP response and closes after it is flushed. `headOnly` (a HEAD request) sends the head
@@ -283,86 +264,21 @@ final class ClientConnection: ConnectionHandler {
         guard let connection, phase == .http else { return }
         count(as: .none)
         phase = .done
-        let bytes = headOnly ? Self.head(of: response) : response[...]
+        let bytes = headOnly ? FrontDoor.head(of: response) : response[...]
         bytes.withUnsafeBytes { _ = connection.write(copying: $0) }
         connection.close(closeMode)
     }
 
-    private func upgrade(_ head: HTTPRequestHead, mode: Mode) {
-        let request: UpgradeRequest
-        do {
-            request = try WebSocketHandshake.validateUpgrade(head)
-        } catch {
-            return respondHTTP(error.response())
-        }
-        if hub.isShuttingDown {
-            return respondHTTP(HTTPError(status: 503, code: "SERVICE_UNAVAILABLE", message: "the hub is shutting down",
-                                         headers: [("Retry-After", "5")]).response())
-        }
-        let origins = head.headers.values("Origin")
-        guard origins.count <= 1, context.allowedOrigins.allows(origins.first) else {
-            return respondHTTP(HTTPError(status: 403, code: "FORBIDDEN",
-                                         message: "origin \(origins.first.map { "\"\(Self.clip($0))\"" } ?? "") is not allowed (--allowed-origins)").response())
-        }
-        var extensionsHeader: String? = nil
-        let configuration = hub.configuration
-        hubMode: switch mode {
-        case .hub:
-            let authorizations = head.headers.count(of: "Authorization")
-            guard authorizations <= 1 else {
-                // RFC 9110 makes Authorization a singleton field: which one would be meant is ambiguous.
-                return respondHTTP(HTTPError.badRequest("more than one Authorization header").response())
-            }
-            // The token is read where it lies in the request head: no `String` of it is made.
-            let unixNow = Int64(time(nil))
-            let header = authorizations == 0 ? nil : head.headers.firstValueBytes("Authorization")
-            let verified = head.withQueryValue("access_token") { query -> Result<VerifiedToken, AuthFailure>? in
-                // No token at all: first-message auth (a browser cannot set headers, and a token in the URL ends up
-                // in logs). The session opens; the first message must be a valid `auth`.
-                if header == nil && query == nil { return nil }
-                return TokenExtraction.withBearerToken(authorizationHeader: header, accessTokenQuery: query) {
-                    hub.verifier.verify(bytes: $0, now: unixNow)
-                }
-            }
-            switch verified {
-            case nil:
-                awaitingAuth = true
-                break hubMode
-            case .success(let verified)?:
-                account = AccountID(verified.subject)
-                tokenExpiresAt = verified.expiresAt
-            case .failure(let failure)?:
-                return refuse(failure)
-            }
-            guard hub.admitAccount(account) else {
-                context.counters.rejectedConnections += 1
-                return respondHTTP(HTTPError(status: 429, code: "RATE_LIMITED", message: accountLimitMessage,
-                                             headers: [("Retry-After", "10")]).response())
-            }
-            countedForAccount = true
-            platform = head.headers[first: "X-Platform"].map { Self.clip($0) }
-            appVersion = head.headers[first: "X-App-Version"].map { Self.clip($0) }
-        case .echo:
-            var decompressor: PerMessageInflater? = nil
-            if let (parameters, answer) = PerMessageDeflate.negotiate(offers: request.extensions, configuration: PerMessageDeflateConfiguration()) {
-                extensionsHeader = answer
-                compressor = PerMessageDeflater(parameters: parameters, role: .server)
-                decompressor = PerMessageInflater(parameters: parameters, role: .server)
-            }
-            readerBox = ReaderBox(MessageReader(configuration: MessageReaderConfiguration(
-                role: .server, maxFrameSize: configuration.maxEchoMessageBytes, maxMessageSize: configuration.maxEchoMessageBytes),
-                decompressor: decompressor))
-        }
+    /// Answers 101 and starts the WebSocket session.
+    private func upgrade(_ request: UpgradeRequest, subprotocol: String?, extensions: String?, mode: Mode) {
         self.mode = mode
-        // Our protocol's name when offered; anything else is declined by leaving the header out (RFC 6455 §4.2.2):
-        // the client then decides, the handshake does not fail here.
-        let subprotocol = mode == .hub && request.subprotocols.contains(Self.subprotocol) ? Self.subprotocol : nil
         // Written straight into the outbound chunk (no array copied into it).
-        _ = WebSocketHandshake.response101(key: request.keyBytes, subprotocol: subprotocol, extensions: extensionsHeader) { count, fill in
+        _ = WebSocketHandshake.response101(key: request.keyBytes, subprotocol: subprotocol, extensions: extensions) { count, fill in
             connection.write(SharedBytes(count: count, initializingWith: fill))
         }
         if !awaitingAuth { count(as: .upgraded) }
         phase = .webSocket
+        let configuration = hub.configuration
         if mode == .echo { connection.maxQueuedBytes = max(connection.maxQueuedBytes, 4 * configuration.maxEchoMessageBytes) }
         nextPingAt = now + UInt64(configuration.pingIntervalSeconds) * 1_000_000_000
         armTimer()
@@ -387,17 +303,6 @@ final class ClientConnection: ConnectionHandler {
         case .none: break
         }
         gauge = new
-    }
-
-    static func clip(_ value: String) -> String {
-        guard value.utf8.count > 64 else { return value }
-        // Whole characters only: cutting inside one would store U+FFFD and exceed 64 bytes.
-        var bytes = 0
-        let kept = value.unicodeScalars.prefix { scalar in
-            bytes += UTF8.width(scalar)
-            return bytes <= 64
-        }
-        return String(String.UnicodeScalarView(kept))
     }
 
     // MARK: WebSocket phase
@@ -468,14 +373,8 @@ final class ClientConnection: ConnectionHandler {
     }
 
     private func echo(_ opcode: Opcode, _ payload: UnsafeRawBufferPointer) {
-        let frame: SharedBytes
-        if let compressor, payload.count >= 64 {  // a class: its deflate stream state lives in the object
-            let compressed = compressor.compressMessage(payload)
-            frame = compressed.withUnsafeBytes { SharedBytes.frame(opcode: opcode, $0, rsv1: true) }
-        } else {
-            frame = SharedBytes.frame(opcode: opcode, payload)
-        }
-        if connection.write(frame) == .overCap { return slowConsumer() }
+        guard let echoSession else { return }
+        if connection.write(echoSession.frame(opcode, payload)) == .overCap { return slowConsumer() }
         messagesOut += 1
         context.counters.messagesOut += 1
     }
@@ -757,8 +656,8 @@ final class ClientConnection: ConnectionHandler {
             self.account = account
             countedForAccount = true
             tokenExpiresAt = verified.expiresAt
-            self.platform = platform.map { Self.clip($0) }
-            self.appVersion = appVersion.map { Self.clip($0) }
+            self.platform = platform.map { FrontDoor.clip($0) }
+            self.appVersion = appVersion.map { FrontDoor.clip($0) }
             awaitingAuth = false
             count(as: .upgraded)
             reply { w in ClientReplies.authenticated(expiresAt: verified.expiresAt, id: id, into: &w) }
