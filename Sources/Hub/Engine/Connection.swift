@@ -1,4 +1,3 @@
-import COpenSSL
 import Glibc
 
 /// A loop-bound non-blocking stream socket (TCP or Unix) with its outbound queue.
@@ -15,11 +14,11 @@ import Glibc
 /// Closing never frees state under a running epoll batch: the fd is closed at once (its stale events
 /// are dropped by generation), and the handler's `connectionClosed` runs at the end of the iteration.
 ///
-/// TLS (a connection made with a `TLSContext`): the handler sees plaintext only, in both directions. The handshake
-/// runs first, driven by the loop (EPOLLOUT follows OpenSSL's WANT_WRITE); handler writes queue meanwhile. Reads
-/// decrypt into the same buffers; writes hand OpenSSL up to 16 KiB of queued frames per record (`flushTLS`), so an
-/// event framed once for many subscribers is encrypted per subscriber and copied nowhere else. A graceful close sends
-/// close_notify before shutting down the write side.
+/// TLS (a connection made with a `TLSContext`): the handler sees plaintext only, in both directions. Its
+/// `TLSTransport` runs the handshake first, driven by the loop (EPOLLOUT follows OpenSSL's WANT_WRITE); handler
+/// writes queue meanwhile. Reads decrypt into the same buffers; writes are sealed straight from the queued frames,
+/// so an event framed once for many subscribers is encrypted per subscriber and copied nowhere else. A graceful
+/// close sends close_notify before shutting down the write side.
 public final class Connection {
     /// Whether a write was accepted.
     public enum WriteResult: Sendable, Equatable {
@@ -69,10 +68,10 @@ public final class Connection {
     }
     // `@exclusivity(unchecked)`: Swift checks every access to a class's stored `var` at run time, and a delivered
     // event makes a dozen of them here. These fields skip it (docs/ENGINE.md): all but `out` and
-    // `tlsState` are plain values (integers, flags, an enum without references, a raw pointer), which an overlapping
-    // access could leave stale but not unsafe; `out` and `tlsState` are reached only in short accesses that never
-    // call out (the queue's methods take no closure and hold no reference back here; `tlsState` is set once, in
-    // `init`). `handler` keeps the check: its calls do call back.
+    // `tls` are plain values (integers, flags, an enum without references, a raw pointer), which an overlapping
+    // access could leave stale but not unsafe; `out` and `tls` are reached only in short accesses that never
+    // call out (the queue's methods take no closure and hold no reference back here; `tls` is set in `init` and
+    // only cleared after). `handler` keeps the check: its calls do call back.
     @exclusivity(unchecked) private var out = OutboundQueue()
     @exclusivity(unchecked) private var spill = UnsafeMutableRawBufferPointer(start: nil, count: 0)
     @exclusivity(unchecked) private var spillCount = 0
@@ -94,61 +93,9 @@ public final class Connection {
     /// (`connectionInputEnded`): reading is off for good.
     @exclusivity(unchecked) private var inputEnded = false
 
-    private enum TLSPhase { case none, handshaking, established }
-    /// A TLS connection's state, in a side object a plain connection does not have (32 bytes less per
-    /// plain connection; a TLS one pays a 48-byte block beside its much larger TLS state). Made in `init` for a TLS
-    /// connection, never later: the properties below read it, and their setters are only reached on TLS paths (on a
-    /// plain connection a setter would do nothing).
-    private final class TLSState {
-        var phase = TLSPhase.none
-        var sniffed = false
-        var readWantsWrite = false
-        var writeWantsRead = false
-        var ssl: OpaquePointer?
-        var context: TLSContext?
-        var records: TLSRecordLayer?
-        var secrets: UnsafeMutablePointer<hub_tls13_secrets>?
-    }
-    @exclusivity(unchecked) private var tlsState: TLSState?
-    private var tlsPhase: TLSPhase {
-        get { tlsState?.phase ?? .none }
-        set { tlsState?.phase = newValue }
-    }
-    /// A server connection has looked at the first byte (a TLS record, or plain HTTP to answer in the clear).
-    private var tlsSniffed: Bool {
-        get { tlsState?.sniffed ?? false }
-        set { tlsState?.sniffed = newValue }
-    }
-    /// OpenSSL wants the socket writable to finish a read (a TLS 1.3 KeyUpdate answer), or readable to finish a
-    /// write: the opposite event retries the other direction.
-    private var tlsReadWantsWrite: Bool {
-        get { tlsState?.readWantsWrite ?? false }
-        set { tlsState?.readWantsWrite = newValue }
-    }
-    private var tlsWriteWantsRead: Bool {
-        get { tlsState?.writeWantsRead ?? false }
-        set { tlsState?.writeWantsRead = newValue }
-    }
-    /// The OpenSSL session (`SSL*`), for a TLS connection; freed at the end of the iteration the connection closed in
-    /// (never under a call that may still use it).
-    private var ssl: OpaquePointer? {
-        get { tlsState?.ssl }
-        set { tlsState?.ssl = newValue }
-    }
-    private var tlsContext: TLSContext? {
-        get { tlsState?.context }
-        set { tlsState?.context = newValue }
-    }
-    /// A TLS 1.3 server connection after its handshake: the hub's own record layer, and no `SSL` any more.
-    private var records: TLSRecordLayer? {
-        get { tlsState?.records }
-        set { tlsState?.records = newValue }
-    }
-    /// Where OpenSSL's key-log callback leaves the application traffic secrets during a server handshake.
-    private var tlsSecrets: UnsafeMutablePointer<hub_tls13_secrets>? {
-        get { tlsState?.secrets }
-        set { tlsState?.secrets = newValue }
-    }
+    /// A TLS connection's transport (a side object: a plain connection carries one nil pointer). Set in `init`;
+    /// cleared only when a TLS port answers plain HTTP in the clear.
+    @exclusivity(unchecked) private var tls: TLSTransport?
 
     /// Adopts a connected non-blocking fd (from a listener or `SocketAddress.connect`) on `loop`.
     /// Call on the loop thread. On error the fd is closed. The fd must be the only descriptor of its socket
@@ -163,25 +110,13 @@ public final class Connection {
         self.handler = handler
         self.maxQueued32 = Int32(clamping: maxQueuedBytes)
         if let tls {
-            guard let session = tls.makeSession(fd: fd) else {
+            guard let transport = TLSTransport(context: tls, fd: fd) else {
                 closeFD(fd)
                 throw SyscallError(call: "SSL_new", code: ENOMEM)
             }
-            let state = TLSState()
-            state.ssl = session
-            state.phase = .handshaking
-            state.context = tls
-            if tls.handsOffRecords {
-                let secrets = UnsafeMutablePointer<hub_tls13_secrets>.allocate(capacity: 1)
-                secrets.initialize(to: hub_tls13_secrets())
-                state.secrets = secrets
-                _ = hub_SSL_set_secrets(session, secrets)
-            } else if !tls.isServer {
-                state.sniffed = true
-                // A TLS client speaks first (its hello): it waits for the socket to be writable (connected).
-                interest = Epoll.readable | Epoll.writable
-            }
-            tlsState = state
+            self.tls = transport
+            // A TLS client speaks first (its hello): it waits for the socket to be writable (connected).
+            if !tls.isServer { interest = Epoll.readable | Epoll.writable }
         }
         generation = loop.reserveGeneration()
         do {
@@ -195,25 +130,15 @@ public final class Connection {
 
     deinit {
         spill.deallocate()
-        if let ssl { SSL_free(ssl) }
-        releaseSecrets()
-    }
-
-    /// Wipes and frees the captured traffic secrets (the record layer has its own copy).
-    private func releaseSecrets() {
-        guard let secrets = tlsSecrets else { return }
-        OPENSSL_cleanse(secrets, MemoryLayout<hub_tls13_secrets>.size)
-        secrets.deallocate()
-        tlsSecrets = nil
     }
 
     /// Whether the connection speaks TLS.
-    public var isTLS: Bool { tlsContext != nil }
+    public var isTLS: Bool { tls != nil }
 
     /// True until a close is requested.
     public var isOpen: Bool { state == .open }
     /// Bytes queued but not yet written (under TLS 1.3, with the sealed rest of a record the socket did not take).
-    public var queuedBytes: Int { out.queuedBytes + (records?.pendingOutBytes ?? 0) }
+    public var queuedBytes: Int { out.queuedBytes + (tls?.pendingOutBytes ?? 0) }
 
     // MARK: Writing
 
@@ -266,29 +191,24 @@ public final class Connection {
     /// - Parameter notify: tell the handler (`connectionWritable`) if this drains a queue that had pushed back;
     ///   false when the handler itself asked for the flush.
     private func flushNow(notify: Bool = false) {
-        if tlsPhase == .handshaking { return }  // flushed when the handshake completes
-        guard !out.isEmpty || records?.hasPendingOut == true else {
+        if tls?.phase == .handshaking { return }  // flushed when the handshake completes
+        guard !out.isEmpty || tls?.hasPendingOut == true else {
             if state == .draining { shutdownWrite() }
             return
         }
         let result: OutboundQueue.FlushResult
         let written: Int
-        var wantsRead = false
-        if let records {
-            (result, written) = out.flushRecords(records, fd: fd, crypto: loop.tlsRecords)
-        } else if let ssl {
-            (result, written, wantsRead) = out.flushTLS(ssl, staging: loop.tlsStaging)
+        var waitsForRead = false
+        if let tls {
+            (result, written, waitsForRead) = tls.flush(&out, fd: fd, loop: loop)
         } else {
             (result, written) = out.flush(fd: fd, iov: loop.iovecs)
         }
         loop.metrics.bytesOut += written
         switch result {
         case .pending:
-            if wantsRead {
-                tlsWriteWantsRead = true  // the next read retries the write; EPOLLOUT would only spin
-            } else {
-                setInterest(interest | Epoll.writable)
-            }
+            // A write that waits for a read is retried by the next read; EPOLLOUT would only spin.
+            if !waitsForRead { setInterest(interest | Epoll.writable) }
         case .drained:
             let pushedBack = interest & Epoll.writable != 0
             if pushedBack { setInterest(interest & ~Epoll.writable) }
@@ -335,14 +255,8 @@ public final class Connection {
         }
     }
 
-    /// OpenSSL holds input already read from the socket (read-ahead): epoll will not report it.
-    private var tlsHasPending: Bool {
-        // The hub's record layer never holds a whole record back: each `read` opens every whole record it read
-        // (its input is capped at the room for their plaintext), keeping only an incomplete one, which epoll reports.
-        if records != nil { return false }
-        guard let ssl, tlsPhase == .established else { return false }
-        return SSL_has_pending(ssl) == 1
-    }
+    /// The transport holds input already taken from the socket (OpenSSL's read-ahead): epoll will not report it.
+    private var tlsHasPending: Bool { tls?.hasPendingInput == true }
 
     /// Hands the held bytes back to the handler without reading (after `resumeReading`).
     private func redeliver() {
@@ -394,12 +308,12 @@ public final class Connection {
             let room = buffer.count - prefix
             let result: IOResult<Int>
             do {
-                if let records {
+                if let tls {
                     // `room` is at least 64 KiB (the shared buffer's second half, or the spill's headroom): a record fits.
-                    result = try records.read(fd: fd, into: buffer.baseAddress! + prefix, room: room, crypto: loop.tlsRecords)
-                    if records.hasPendingOut { flushNow(notify: true) }  // a KeyUpdate answer
-                } else if let ssl {
-                    result = try tlsRead(ssl, buffer.baseAddress! + prefix, room)
+                    var effects = TLSTransport.ReadEffects()
+                    result = try tls.read(fd: fd, into: buffer.baseAddress! + prefix, room: room, crypto: loop.tlsRecords, effects: &effects)
+                    if effects.wantsWritable { setInterest(interest | Epoll.writable) }
+                    if effects.flush && (state == .open || state == .draining) { flushNow(notify: true) }
                 } else {
                     result = try syscall("read") { Glibc.read(fd, buffer.baseAddress! + prefix, room) }
                 }
@@ -454,104 +368,29 @@ public final class Connection {
 
     // MARK: TLS
 
-    /// One `SSL_read`: plaintext bytes, `.wouldBlock`, or 0 at the peer's close_notify or EOF.
-    private func tlsRead(_ ssl: OpaquePointer, _ into: UnsafeMutableRawPointer, _ room: Int) throws(SyscallError) -> IOResult<Int> {
-        ERR_clear_error()
-        var n = 0
-        if SSL_read_ex(ssl, into, room, &n) == 1 {
-            if tlsWriteWantsRead {
-                tlsWriteWantsRead = false
-                if state == .open || state == .draining { flushNow(notify: true) }
-            }
-            return .processed(n)
-        }
-        switch SSL_get_error(ssl, 0) {
-        case SSL_ERROR_WANT_READ:
-            return .wouldBlock
-        case SSL_ERROR_WANT_WRITE:
-            tlsReadWantsWrite = true
-            setInterest(interest | Epoll.writable)
-            return .wouldBlock
-        case SSL_ERROR_ZERO_RETURN:
-            return .processed(0)
-        default:
-            let code = errno
-            ERR_clear_error()
-            throw SyscallError(call: "SSL_read", code: code == 0 ? EPROTO : code)
-        }
-    }
-
-    /// Advances the TLS handshake (server: after looking at the first byte).
-    private func driveHandshake(_ ssl: OpaquePointer) {
-        if !tlsSniffed {
-            var first: UInt8 = 0
-            let n = recv(fd, &first, 1, Int32(MSG_PEEK))
-            if n < 0 {
-                if errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR { return }
-                closeNow(reason: .error(errno), abortive: false)
-                return
-            }
-            if n == 0 {
-                closeNow(reason: .peerClosed, abortive: false)
-                return
-            }
-            tlsSniffed = true
-            // 22 = a TLS handshake record. An ASCII letter is plain HTTP (GET, POST, HEAD, …): answer it in the clear.
-            if first != 22, (0x41...0x5A).contains(first), let answer = tlsContext?.plaintextAnswer, !answer.isEmpty {
-                // The connection goes on in the clear, for this answer only: queued, then a graceful close that reads
-                // and discards the rest of the request (closing with it unread would reset the connection, and a
-                // client still writing its request would get EPIPE or lose the answer).
-                loop.metrics.tlsPlaintextRefused += 1
-                SSL_free(ssl)
-                self.ssl = nil
-                releaseSecrets()
-                tlsPhase = .none
-                setInterest(Epoll.readable)
-                out.append(SharedBytes(answer))
-                close(.graceful(linger: .seconds(2)))
-                return
-            }
-        }
-        ERR_clear_error()
-        let r = SSL_do_handshake(ssl)
-        if r == 1 {
-            tlsPhase = .established
-            if let secrets = tlsSecrets {
-                defer { releaseSecrets() }
-                switch TLSRecordLayer.takeOver(ssl, secrets: secrets, issueTicket: true) {
-                case .handedOff(let layer):
-                    records = layer
-                    SSL_free(ssl)
-                    self.ssl = nil
-                    loop.metrics.tlsRecordLayerConnections += 1
-                case .keepOpenSSL:
-                    SSL_set_read_ahead(ssl, 1)
-                case .failed:
-                    loop.metrics.tlsHandshakeFailures += 1
-                    closeNow(reason: .error(EPROTO), abortive: false)
-                    return
-                }
-            } else if tlsContext?.isServer == true {
-                SSL_set_read_ahead(ssl, 1)  // `--tls-records openssl`: OpenSSL keeps the connection
-            }
+    /// Advances the TLS handshake and acts on where it got.
+    private func driveHandshake(_ tls: TLSTransport) {
+        switch tls.advanceHandshake(fd: fd) {
+        case .waiting(let events):
+            if let events { setInterest(events) }
+        case .answerInClear(let answer):
+            // The connection goes on in the clear, for this answer only: queued, then a graceful close that reads
+            // and discards the rest of the request (closing with it unread would reset the connection, and a
+            // client still writing its request would get EPIPE or lose the answer).
+            loop.metrics.tlsPlaintextRefused += 1
+            self.tls = nil
+            setInterest(Epoll.readable)
+            out.append(SharedBytes(answer))
+            close(.graceful(linger: .seconds(2)))
+        case .established(let handedOff):
+            if handedOff { loop.metrics.tlsRecordLayerConnections += 1 }
             loop.metrics.tlsHandshakes += 1
             setInterest(readingPaused ? 0 : Epoll.readable)
             flushNow(notify: true)
             if state == .open && !readingPaused && tlsHasPending { readAvailable() }
-            return
-        }
-        switch SSL_get_error(ssl, r) {
-        case SSL_ERROR_WANT_READ:
-            setInterest(Epoll.readable)
-        case SSL_ERROR_WANT_WRITE:
-            setInterest(Epoll.readable | Epoll.writable)
-        default:
-            // A bad hello, an old protocol version, no common cipher, a certificate the client refused, or the
-            // peer gone: OpenSSL has written its alert (if any) through the socket.
-            loop.metrics.tlsHandshakeFailures += 1
-            let code = errno
-            ERR_clear_error()
-            closeNow(reason: .error(code == 0 ? EPROTO : code), abortive: false)
+        case .failed(let reason, let counted):
+            if counted { loop.metrics.tlsHandshakeFailures += 1 }
+            closeNow(reason: reason, abortive: false)
         }
     }
 
@@ -587,17 +426,17 @@ public final class Connection {
     // MARK: Events
 
     func handleEvents(_ events: UInt32) {
-        if tlsPhase == .handshaking, let ssl {
+        if let tls, tls.phase == .handshaking {
             if events & Epoll.error != 0 {
                 loop.metrics.tlsHandshakeFailures += 1
                 closeNow(reason: socketError().map { .error($0) } ?? .peerClosed, abortive: false)
             } else if state != .closed {
-                driveHandshake(ssl)
+                driveHandshake(tls)
             }
             return
         }
-        if events & Epoll.writable != 0 && tlsReadWantsWrite && state != .closed {
-            tlsReadWantsWrite = false
+        if events & Epoll.writable != 0 && tls?.readWantsWrite == true && state != .closed {
+            tls?.readWantsWrite = false
             if out.isEmpty { setInterest(interest & ~Epoll.writable) }
             if !readingPaused { readAvailable() }
         }
@@ -648,13 +487,7 @@ public final class Connection {
     private func shutdownWrite() {
         guard state == .draining else { return }
         state = .halfClosed
-        if let records {
-            records.sendCloseNotify(fd: fd, crypto: loop.tlsRecords)
-        } else if let ssl, tlsPhase == .established {
-            ERR_clear_error()
-            _ = SSL_shutdown(ssl)  // close_notify; a full socket loses it, which the WebSocket close made moot
-            ERR_clear_error()
-        }
+        tls?.sendCloseNotify(fd: fd, crypto: loop.tlsRecords)
         _ = Glibc.shutdown(fd, Int32(SHUT_WR))
         // Now wait for the peer's EOF (readAvailable discards data and closes on 0), unless it came first.
         if inputEnded { closeNow(reason: .closed, abortive: false) }
@@ -680,12 +513,7 @@ public final class Connection {
     /// End of iteration: tell the handler and drop it (breaking any handler ↔ connection cycle).
     func finishClose() {
         loop.metrics.connectionsClosed += 1
-        if let ssl {
-            SSL_free(ssl)
-            self.ssl = nil
-        }
-        records = nil
-        releaseSecrets()
+        tls?.release()
         let h = handler
         handler = nil
         h?.connectionClosed(self, reason: closeReason)

@@ -1,4 +1,3 @@
-import COpenSSL
 import Glibc
 import HubSupport
 
@@ -15,13 +14,13 @@ struct OutboundQueue {
     /// array (40 bytes and a malloc block less per idle connection). One that did queue several keeps the array's
     /// buffer (up to 64 slots) for the next burst.
     private var chunks = InlineList<SharedBytes>()
-    // The chunk index and the TLS retry length are stored in 32 bits each, so the queue is 40 bytes, not 48 (with
+    // The chunk index and the promised length are stored in 32 bits each, so the queue is 40 bytes, not 48 (with
     // `Connection`'s maximum queue as 32 bits, the connection fits a smaller malloc block). Both
     // are bounded far below Int32.max: the index by the number of queued chunks (each at least one byte, and a
-    // connection's queue is capped by --max-queued-bytes, at most 1 GiB, plus one chunk), the retry length by the
-    // TLS staging buffer (16 KiB).
+    // connection's queue is capped by --max-queued-bytes, at most 1 GiB, plus one chunk), the promised length by
+    // the TLS staging buffer (16 KiB).
     private var head32: Int32 = 0
-    private var tlsRetryLength32: Int32 = 0
+    private var promised32: Int32 = 0
     private var head: Int {
         get { Int(head32) }
         set { head32 = Int32(newValue) }
@@ -30,11 +29,11 @@ struct OutboundQueue {
     private var headOffset = 0
     /// Total unwritten bytes.
     private(set) var queuedBytes = 0
-    /// TLS: the length of the record OpenSSL holds half-written (WANT_WRITE). OpenSSL requires the retry to pass the
-    /// same length, so these leading bytes are fixed until it succeeds.
-    private var tlsRetryLength: Int {
-        get { Int(tlsRetryLength32) }
-        set { tlsRetryLength32 = Int32(newValue) }
+    /// Leading bytes a transport was offered and must be offered again unchanged (OpenSSL after WANT_WRITE holds a
+    /// record half-written, and requires the retry to pass the same bytes): fixed until it takes them.
+    var promisedBytes: Int {
+        get { Int(promised32) }
+        set { promised32 = Int32(newValue) }
     }
 
     var isEmpty: Bool { queuedBytes == 0 }
@@ -51,24 +50,23 @@ struct OutboundQueue {
         head = 0
         headOffset = 0
         queuedBytes = 0
-        tlsRetryLength = 0
+        promisedBytes = 0
     }
 
     /// Drops every byte not yet handed to the kernel, except the rest of a chunk that is partly written (the
     /// peer has its first bytes: cutting it would corrupt the stream). Chunks are whole frames or responses.
-    /// Under TLS the chunks a half-written record was made from stay too (the peer has part of that record).
+    /// The chunks of promised bytes stay too (under TLS, the peer has part of the record they were sealed into).
     mutating func dropUnsent() {
         guard queuedBytes > 0 else { return }
-        if headOffset == 0 && tlsRetryLength == 0 {
+        if headOffset == 0 && promisedBytes == 0 {
             removeAll()
             return
         }
-        // Keep every chunk that holds a byte the peer has part of: the partly written head, and under TLS the
-        // chunks of the half-written record.
+        // Keep every chunk that holds a byte the peer has part of: the partly written head, and the promised ones.
         var kept = 0
         var end = head
         var bytes = -headOffset
-        while end < chunks.count && (end == head && headOffset > 0 || bytes < tlsRetryLength) {
+        while end < chunks.count && (end == head && headOffset > 0 || bytes < promisedBytes) {
             bytes += chunks[end].count
             end += 1
         }
@@ -131,88 +129,24 @@ struct OutboundQueue {
         return (.drained, written)
     }
 
-    /// Encrypts and writes as much as the socket takes, up to one TLS record (16 KiB of plaintext) per `SSL_write`:
-    /// small frames are gathered into `staging` (one record for many frames); a chunk holding a record's worth is
-    /// passed in place.
-    /// - Returns: the outcome, the plaintext bytes written, and whether OpenSSL waits to read first (WANT_READ).
-    mutating func flushTLS(_ ssl: OpaquePointer, staging: UnsafeMutableRawBufferPointer) -> (FlushResult, Int, wantsRead: Bool) {
-        var written = 0
-        while queuedBytes > 0 {
-            let n = tlsRetryLength > 0 ? tlsRetryLength : min(queuedBytes, staging.count)
-            let source: UnsafeRawPointer
-            let headBytes = chunks[head].bytes
-            if headBytes.count - headOffset >= n {
-                source = UnsafeRawPointer(headBytes.baseAddress!) + headOffset
-            } else {
-                gather(n, into: staging)
-                source = UnsafeRawPointer(staging.baseAddress!)
-            }
-            ERR_clear_error()
-            var w = 0
-            if SSL_write_ex(ssl, source, n, &w) == 1 {
-                tlsRetryLength = 0
-                written += w
-                consume(w)
-                continue
-            }
-            switch SSL_get_error(ssl, 0) {
-            case SSL_ERROR_WANT_WRITE:
-                tlsRetryLength = n
-                return (.pending, written, false)
-            case SSL_ERROR_WANT_READ:
-                tlsRetryLength = n
-                return (.pending, written, true)
-            default:
-                let code = errno
-                ERR_clear_error()
-                return (.failed(SyscallError(call: "SSL_write", code: code == 0 ? EPROTO : code)), written, false)
-            }
+    /// The first `count` queued bytes in one piece: in place when the head chunk holds them, else gathered into
+    /// `staging` (at least `count` bytes).
+    func contiguousPrefix(_ count: Int, staging: UnsafeMutableRawBufferPointer) -> UnsafeRawPointer {
+        let headBytes = chunks[head].bytes
+        if headBytes.count - headOffset >= count { return UnsafeRawPointer(headBytes.baseAddress!) + headOffset }
+        var copied = 0
+        _ = forEachPiece(ofFirst: count) { piece, length in
+            (staging.baseAddress! + copied).copyMemory(from: piece, byteCount: length)
+            copied += length
+            return true
         }
-        return (.drained, written, false)
-    }
-
-    /// TLS 1.3 through the hub's own record layer: seals up to 16 KiB of queued plaintext per record, straight from
-    /// the queued frames (no gathering copy), and sends each record with one `send`. A record the socket takes only
-    /// part of stays with the layer (its plaintext is consumed: the record is sealed with its sequence number).
-    /// - Returns: the outcome and the plaintext bytes sealed.
-    mutating func flushRecords(_ layer: TLSRecordLayer, fd: Int32, crypto: TLSRecordCrypto) -> (FlushResult, Int) {
-        var written = 0
-        do throws(SyscallError) {
-            while true {
-                guard try layer.sendPending(fd: fd) else { return (.pending, written) }
-                guard queuedBytes > 0 else { return (.drained, written) }
-                let n = min(queuedBytes, TLSRecordLayer.maxPlaintext)
-                guard layer.beginRecord(length: n, crypto: crypto), sealPrefix(n, layer, crypto),
-                      let length = layer.finishRecord(type: 23, crypto: crypto) else {
-                    return (.failed(SyscallError(call: "TLS seal", code: EPROTO)), written)
-                }
-                consume(n)
-                written += n
-                let record = crypto.record.baseAddress!
-                let sent: Int
-                switch try syscall("send", { Glibc.send(fd, record, length, Int32(MSG_NOSIGNAL)) }) {
-                case .processed(let w): sent = w
-                case .wouldBlock: sent = 0
-                }
-                if sent < length {
-                    layer.appendPending(record + sent, length - sent)
-                    return (.pending, written)
-                }
-            }
-        } catch {
-            return (.failed(error), written)
-        }
-    }
-
-    /// Feeds the first `count` queued bytes to the record being sealed.
-    private func sealPrefix(_ count: Int, _ layer: TLSRecordLayer, _ crypto: TLSRecordCrypto) -> Bool {
-        forEachPiece(ofFirst: count) { layer.sealMore($0, $1, crypto: crypto) }
+        return UnsafeRawPointer(staging.baseAddress!)
     }
 
     /// Hands the first `count` queued bytes to `body`, one contiguous piece at a time, until it returns false.
     /// - Returns: whether every piece was taken.
     @inline(__always)
-    private func forEachPiece(ofFirst count: Int, _ body: (UnsafeRawPointer, Int) -> Bool) -> Bool {
+    func forEachPiece(ofFirst count: Int, _ body: (UnsafeRawPointer, Int) -> Bool) -> Bool {
         var left = count
         var i = head
         var offset = headOffset
@@ -227,23 +161,14 @@ struct OutboundQueue {
         return true
     }
 
-    /// Copies the first `count` queued bytes into `staging`.
-    private func gather(_ count: Int, into staging: UnsafeMutableRawBufferPointer) {
-        var copied = 0
-        _ = forEachPiece(ofFirst: count) { piece, length in
-            (staging.baseAddress! + copied).copyMemory(from: piece, byteCount: length)
-            copied += length
-            return true
-        }
-    }
-
     private func iovTotal(_ iov: UnsafeMutableBufferPointer<iovec>, _ n: Int) -> Int {
         var t = 0
         for k in 0..<n { t += iov[k].iov_len }
         return t
     }
 
-    private mutating func consume(_ count: Int) {
+    /// Drops the first `count` queued bytes (written).
+    mutating func consume(_ count: Int) {
         var left = count
         queuedBytes -= count
         while left > 0 {
