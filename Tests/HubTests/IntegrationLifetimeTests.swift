@@ -292,7 +292,7 @@ import WSProtocol
         let context = LoopContext(loop: loop, channelCount: 1)
         let hub = HubCore(configuration: HubConfiguration(), verifier: try JWTVerifier(key: .hmacSecret(Array(repeating: 7, count: 32))),
                           authDescription: "test", contexts: [context], maxConnections: 100, descriptorLimit: 128,
-                          listenAddress: { "test" }, log: { line in lines.withLock { $0.append(line) } })
+                          listenAddress: "test", log: { line in lines.withLock { $0.append(line) } })
         func logged() -> Int { lines.withLock { $0.count } }
         hub.descriptorsExhausted("out of file descriptors")
         hub.descriptorsStillExhausted()  // a refusal (a client may slip in between two: it changes nothing)

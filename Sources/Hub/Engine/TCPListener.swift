@@ -51,9 +51,7 @@ public final class TCPListener: Sendable {
     /// Binds on an explicit list of loops.
     public static func bind(_ address: SocketAddress, on loops: [EventLoop], backlog: Int32 = 1024, clientSpeaksFirst: Bool = false,
                             makeDelegate: @escaping @Sendable (EventLoop) -> any ListenerDelegate) throws -> TCPListener {
-        precondition(!loops.isEmpty)
-        let fd = try openListeningSocket(address, backlog: backlog, deferAccept: clientSpeaksFirst)
-        return try serve(fd, on: loops, makeDelegate: makeDelegate)
+        try serve(BoundTCPSocket.bind(address, backlog: backlog, clientSpeaksFirst: clientSpeaksFirst), on: loops, makeDelegate: makeDelegate)
     }
 
     /// Serves a listening socket someone else bound (socket activation: the service manager keeps its own copy, so
@@ -61,7 +59,17 @@ public final class TCPListener: Sendable {
     /// when the listener closes; the manager's copy stays open.
     public static func adopt(fd: Int32, on loops: [EventLoop], clientSpeaksFirst: Bool = false,
                              makeDelegate: @escaping @Sendable (EventLoop) -> any ListenerDelegate) throws -> TCPListener {
+        try serve(BoundTCPSocket.adopt(fd: fd, clientSpeaksFirst: clientSpeaksFirst), on: loops, makeDelegate: makeDelegate)
+    }
+
+    /// Starts accepting on `socket` on every loop; the listener takes the socket over (closed when this throws).
+    public static func serve(_ socket: BoundTCPSocket, on loops: [EventLoop],
+                             makeDelegate: @escaping @Sendable (EventLoop) -> any ListenerDelegate) throws -> TCPListener {
         precondition(!loops.isEmpty)
+        return try serve(socket.take(), on: loops, makeDelegate: makeDelegate)
+    }
+
+    fileprivate static func prepareAdopted(fd: Int32, clientSpeaksFirst: Bool) throws {
         do {
             let flags = try syscallBlocking("fcntl") { fcntl(fd, F_GETFL) }
             _ = try syscallBlocking("fcntl") { fcntl(fd, F_SETFL, flags | O_NONBLOCK) }
@@ -77,7 +85,6 @@ public final class TCPListener: Sendable {
             closeFD(fd)
             throw error
         }
-        return try serve(fd, on: loops, makeDelegate: makeDelegate)
     }
 
     /// Registers the listening `fd` on every loop; closes it when that fails.
@@ -108,7 +115,7 @@ public final class TCPListener: Sendable {
         return TCPListener(address: bound, fd: fd, loops: loops)
     }
 
-    private static func openListeningSocket(_ address: SocketAddress, backlog: Int32, deferAccept: Bool) throws -> Int32 {
+    fileprivate static func openListeningSocket(_ address: SocketAddress, backlog: Int32, deferAccept: Bool) throws -> Int32 {
         let fd = try syscallBlocking("socket") {
             socket(address.family, Int32(SOCK_STREAM.rawValue) | LinuxSyscalls.CLOEXEC | LinuxSyscalls.NONBLOCK, 0)
         }
@@ -138,7 +145,7 @@ public final class TCPListener: Sendable {
         return fd
     }
 
-    private static func localAddress(_ fd: Int32) throws(SyscallError) -> SocketAddress {
+    fileprivate static func localAddress(_ fd: Int32) throws(SyscallError) -> SocketAddress {
         var storage = sockaddr_storage()
         var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
         _ = try syscallBlocking("getsockname") {
@@ -195,3 +202,50 @@ final class SharedDescriptor: Sendable {
         if holders.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 { closeFD(fd) }
     }
 }
+
+/// A listening TCP socket that no loop serves yet: a server binds first, so it knows its address (and that the port
+/// is its own) before it builds what serves it. `TCPListener.serve` takes it over; one never served is closed when
+/// it goes away (a start that failed later leaves nothing bound).
+public final class BoundTCPSocket {
+    /// The bound address (with the real port when 0 was asked for).
+    public let address: SocketAddress
+    private var fd: Int32
+
+    private init(fd: Int32) throws {
+        do {
+            address = try TCPListener.localAddress(fd)
+        } catch {
+            closeFD(fd)
+            throw error
+        }
+        self.fd = fd
+    }
+
+    deinit { if fd >= 0 { closeFD(fd) } }
+
+    /// Binds `address` ("HOST:PORT") and listens (see `TCPListener.bind` for `clientSpeaksFirst`).
+    /// - Throws: `EngineError` when the address is in use (another process listens on it).
+    public static func bind(_ address: String, backlog: Int32 = 1024, clientSpeaksFirst: Bool = false) throws -> BoundTCPSocket {
+        try bind(SocketAddress(parsing: address), backlog: backlog, clientSpeaksFirst: clientSpeaksFirst)
+    }
+
+    public static func bind(_ address: SocketAddress, backlog: Int32 = 1024, clientSpeaksFirst: Bool = false) throws -> BoundTCPSocket {
+        try BoundTCPSocket(fd: TCPListener.openListeningSocket(address, backlog: backlog, deferAccept: clientSpeaksFirst))
+    }
+
+    /// A listening socket someone else bound (socket activation); taken over (closed when this throws).
+    public static func adopt(fd: Int32, clientSpeaksFirst: Bool = false) throws -> BoundTCPSocket {
+        try TCPListener.prepareAdopted(fd: fd, clientSpeaksFirst: clientSpeaksFirst)
+        return try BoundTCPSocket(fd: fd)
+    }
+
+    /// Hands the descriptor to a listener (once).
+    fileprivate func take() -> Int32 {
+        precondition(fd >= 0, "a bound socket is served once")
+        defer { fd = -1 }
+        return fd
+    }
+}
+
+@available(*, unavailable)
+extension BoundTCPSocket: Sendable {}

@@ -27,8 +27,8 @@ final class HubCore: Sendable {
     let redisBroker: RedisBroker?
     let maxConnections: Int
     let descriptorLimit: Int
-    private let listenAddressProvider: @Sendable () -> String
-    var listenAddress: String { listenAddressProvider() }
+    /// The client port's address ("127.0.0.1:8080"), bound before the core is built.
+    let listenAddress: String
     let startedAt = wallClockSeconds()
     /// Plain info lines (`logger.lines`): most of the hub's log.
     let log: @Sendable (String) -> Void
@@ -44,7 +44,7 @@ final class HubCore: Sendable {
     private let perAccount = LockedValue<[AccountID: Int]>([:])
 
     init(configuration: HubConfiguration, verifier: JWTVerifier, authDescription: String, contexts: [LoopContext],
-         maxConnections: Int, descriptorLimit: Int, listenAddress: @escaping @Sendable () -> String, log: @escaping @Sendable (String) -> Void,
+         maxConnections: Int, descriptorLimit: Int, listenAddress: String, log: @escaping @Sendable (String) -> Void,
          logger: HubLogger? = nil, restoring saved: SavedBrokerState? = nil, redisBroker: RedisBroker? = nil) {
         self.configuration = configuration
         rateLimit = RateLimit(limit: configuration.rateLimitPerMinute, periodSeconds: 60)
@@ -66,7 +66,7 @@ final class HubCore: Sendable {
         }
         self.maxConnections = maxConnections
         self.descriptorLimit = descriptorLimit
-        listenAddressProvider = listenAddress
+        self.listenAddress = listenAddress
         self.log = log
         self.logger = logger ?? HubLogger(lines: log)
         redisBroker?.setControlHandler { [weak self] line, done in

@@ -74,6 +74,31 @@ public final class HubServer: Sendable {
 
         let (verifier, authDescription) = try makeVerifier(configuration, logger: logger)
         let tls = try makeTLS(configuration)
+        // Bind first, build after: the client ports are ours (and their addresses known) before anything that
+        // serves them exists; a later failure closes them again on the way out.
+        let mainSocket: BoundTCPSocket
+        do {
+            if let fd = activation?.ws {
+                mainSocket = try BoundTCPSocket.adopt(fd: fd, clientSpeaksFirst: true)
+            } else {
+                mainSocket = try BoundTCPSocket.bind(configuration.listen, clientSpeaksFirst: true)
+            }
+        } catch {
+            throw StartError("cannot listen on \(activation?.ws != nil ? "the ws socket passed by the service manager" : configuration.listen): \(error)")
+        }
+        var tlsSocket: BoundTCPSocket? = nil
+        if tls != nil, configuration.tlsListen != nil || activation?.wss != nil {
+            do {
+                if let fd = activation?.wss {
+                    tlsSocket = try BoundTCPSocket.adopt(fd: fd, clientSpeaksFirst: true)
+                } else if let tlsListen = configuration.tlsListen {
+                    tlsSocket = try BoundTCPSocket.bind(tlsListen, clientSpeaksFirst: true)
+                }
+            } catch {
+                throw StartError("cannot listen on \(activation?.wss != nil ? "the wss socket passed by the service manager" : configuration.tlsListen ?? ""): \(error)")
+            }
+        }
+        let address = mainSocket.address.description
         let group = try EventLoopGroup(loopCount: threads)
         let contexts = group.loops.map { LoopContext(loop: $0, channelCount: configuration.channels.count) }
         contexts[0].ledger = PublishLedger(channelNames: configuration.channels)
@@ -94,10 +119,9 @@ public final class HubServer: Sendable {
         }
         // In cluster mode numbering and history live in Redis: no state file.
         let saved = redisBroker == nil ? StateFile.load(directory: configuration.stateDirectory, log: log) : nil
-        let listenText = LockedValue("")
         let core = HubCore(configuration: configuration, verifier: verifier, authDescription: authDescription, contexts: contexts,
                            maxConnections: maxConnections, descriptorLimit: limits.soft,
-                           listenAddress: { listenText.withLock { $0 } }, log: log, logger: logger, restoring: saved, redisBroker: redisBroker)
+                           listenAddress: address, log: log, logger: logger, restoring: saved, redisBroker: redisBroker)
         for context in contexts {
             context.hub = core
             context.loop.execute { context.startHousekeeping() }
@@ -116,41 +140,30 @@ public final class HubServer: Sendable {
             if saved != nil { core.saveState() }  // the state file was consumed at load: the next start resumes from this one
             throw StartError("cannot listen on the Unix socket \(activation?.publish != nil ? "passed by the service manager" : configuration.socketPath): \(error)")
         }
-        let tcp: TCPListener
         // With a certificate and neither --tls-listen nor a passed wss socket, the one listener speaks TLS.
         let mainTLS = configuration.tlsListen == nil && activation?.wss == nil ? tls : nil
+        let tcp: TCPListener
+        var tlsTCP: TCPListener? = nil
         do {
-            let acceptor: @Sendable (EventLoop) -> any ListenerDelegate = { loop in ClientAcceptor(context: contexts[loop.index], tls: mainTLS, busyAnswers: busyAnswers) }
-            if let fd = activation?.ws {
-                tcp = try TCPListener.adopt(fd: fd, on: group.loops, clientSpeaksFirst: true, makeDelegate: acceptor)
-            } else {
-                tcp = try TCPListener.bind(configuration.listen, on: group, clientSpeaksFirst: true, makeDelegate: acceptor)
+            tcp = try TCPListener.serve(mainSocket, on: group.loops) { loop in
+                ClientAcceptor(context: contexts[loop.index], tls: mainTLS, busyAnswers: busyAnswers)
+            }
+            if let tlsSocket, let tls {
+                do {
+                    tlsTCP = try TCPListener.serve(tlsSocket, on: group.loops) { loop in
+                        ClientAcceptor(context: contexts[loop.index], tls: tls, busyAnswers: busyAnswers)
+                    }
+                } catch {
+                    tcp.close()
+                    throw error
+                }
             }
         } catch {
             unix.close()
             group.shutdown()
             if saved != nil { core.saveState() }
-            throw StartError("cannot listen on \(activation?.ws != nil ? "the ws socket passed by the service manager" : configuration.listen): \(error)")
+            throw StartError("cannot serve the client ports: \(error)")
         }
-        var tlsTCP: TCPListener? = nil
-        if let tls, configuration.tlsListen != nil || activation?.wss != nil {
-            do {
-                let acceptor: @Sendable (EventLoop) -> any ListenerDelegate = { loop in ClientAcceptor(context: contexts[loop.index], tls: tls, busyAnswers: busyAnswers) }
-                if let fd = activation?.wss {
-                    tlsTCP = try TCPListener.adopt(fd: fd, on: group.loops, clientSpeaksFirst: true, makeDelegate: acceptor)
-                } else if let tlsListen = configuration.tlsListen {
-                    tlsTCP = try TCPListener.bind(tlsListen, on: group, clientSpeaksFirst: true, makeDelegate: acceptor)
-                }
-            } catch {
-                tcp.close()
-                unix.close()
-                group.shutdown()
-                if saved != nil { core.saveState() }
-                throw StartError("cannot listen on \(activation?.wss != nil ? "the wss socket passed by the service manager" : configuration.tlsListen ?? ""): \(error)")
-            }
-        }
-        let address = tcp.address.description
-        listenText.withLock { $0 = address }
         redisBroker?.start()
         var notifier: ServiceNotifier? = nil
         do {

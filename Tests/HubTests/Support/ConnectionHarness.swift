@@ -233,7 +233,7 @@ final class ConnectionHarness {
             let verifier = try JWTVerifier(key: .hmacSecret(Self.secret))
             let core = HubCore(configuration: configuration, verifier: verifier, authDescription: "HS256 (harness)",
                                contexts: [context], maxConnections: 1000, descriptorLimit: 1024,
-                               listenAddress: { "harness" }, log: { _ in })
+                               listenAddress: "harness", log: { _ in })
             context.hub = core
             return HarnessHub(configuration: configuration, core: core, context: context)
         }
