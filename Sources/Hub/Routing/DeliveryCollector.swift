@@ -4,23 +4,12 @@ import Synchronization
 import WSProtocol
 
 /// Sums per-shard delivery counts, records idempotency outcomes, waits for the duplicates of in-flight publishes,
-/// and completes the batch once, when all of that is done.
-///
-/// One allocation per batch: the state and its `pthread_mutex_t` are the header and the single element of one
-/// `ManagedBuffer` (as a class with a `LockedValue`, the collector took three: itself, the lock and the mutex's
-/// memory). Made by `make`; the state is reached only through its pointer, under the lock.
-final class DeliveryCollector: ManagedBuffer<DeliveryCollector.Header, pthread_mutex_t> {
-    /// The collector as a `@Sendable` closure captures it: `ManagedBuffer` is never `Sendable`, but every access to
-    /// the collector's state is under its lock, and the rest of its header never changes.
-    struct Reference: @unchecked Sendable {
-        let collector: DeliveryCollector
-    }
-
-    struct Header {
-        let broker: LocalBroker
-        let completion: @Sendable (PublishOutcome) -> Void
-        var state = State()
-    }
+/// and completes the batch once, when all of that is done. Its state is reached only under its `Mutex` (stored
+/// inline: one allocation per batch).
+final class DeliveryCollector: Sendable {
+    private let broker: LocalBroker
+    private let completion: @Sendable (PublishOutcome) -> Void
+    private let state = Mutex(State())
 
     struct State {
         var events: [PublishedEvent] = []
@@ -37,29 +26,13 @@ final class DeliveryCollector: ManagedBuffer<DeliveryCollector.Header, pthread_m
         var completed = false
     }
 
-    static func make(broker: LocalBroker, completion: @escaping @Sendable (PublishOutcome) -> Void) -> DeliveryCollector {
-        let made = unsafeDowncast(create(minimumCapacity: 1) { _ in Header(broker: broker, completion: completion) },
-                                  to: DeliveryCollector.self)
-        made.withUnsafeMutablePointerToElements { mutex in
-            mutex.initialize(to: pthread_mutex_t())
-            pthread_mutex_init(mutex, nil)
-        }
-        return made
-    }
-
-    deinit {
-        withUnsafeMutablePointerToElements { mutex in
-            pthread_mutex_destroy(mutex)
-            mutex.deinitialize(count: 1)
-        }
+    init(broker: LocalBroker, completion: @escaping @Sendable (PublishOutcome) -> Void) {
+        self.broker = broker
+        self.completion = completion
     }
 
     private func withLock<Result>(_ body: (inout State) -> Result) -> Result {
-        withUnsafeMutablePointers { header, mutex in
-            pthread_mutex_lock(mutex)
-            defer { pthread_mutex_unlock(mutex) }
-            return body(&header.pointee.state)
-        }
+        state.withLock { body(&$0) }
     }
 
     /// Called under the broker's lock, before any shard can report.
@@ -111,7 +84,6 @@ final class DeliveryCollector: ManagedBuffer<DeliveryCollector.Header, pthread_m
             if let outcome { finish(outcome) }
             return
         }
-        let broker = withUnsafeMutablePointerToHeader { $0.pointee.broker }
         for waiter in broker.resolve(owned) { waiter.collector.duplicateResolved(waiter.index, delivered: waiter.delivered) }
         finishIfDone()
     }
@@ -136,10 +108,7 @@ final class DeliveryCollector: ManagedBuffer<DeliveryCollector.Header, pthread_m
         return PublishOutcome(events: s.events, delivered: s.delivered, replies: s.replies)
     }
 
-    /// The completion is read through the header's pointer (`ManagedBuffer.header` is a stored `var` of a class:
-    /// each access would cost a run-time exclusivity check); it never changes.
     private func finish(_ outcome: PublishOutcome) {
-        let completion = withUnsafeMutablePointerToHeader { $0.pointee.completion }
         completion(outcome)
     }
 }

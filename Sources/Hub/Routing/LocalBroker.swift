@@ -70,7 +70,7 @@ public final class LocalBroker: Broker {
         guard !drafts.isEmpty else { completion(PublishOutcome(events: [], delivered: [], replies: [])); return }
         let now = monotonicNanos()
         let wall = wallClockSeconds()
-        let collector = DeliveryCollector.make(broker: self, completion: completion)
+        let collector = DeliveryCollector(broker: self, completion: completion)
         let handedOff = state.withLock { s -> Bool in
             var events: [PublishedEvent] = []
             events.reserveCapacity(drafts.count)
@@ -126,9 +126,9 @@ public final class LocalBroker: Broker {
                               shards: handed)
             guard handed > 0 else { return false }
             let batch = EventBatch(events: events, loops: everyLoop ? [] : eventLoops)
-            let reference = DeliveryCollector.Reference(collector: collector)
+
             for (i, shard) in shards.enumerated() where everyLoop || (loops >> UInt64(i)) & 1 == 1 {
-                shard.deliver(batch) { counts in reference.collector.report(counts) }
+                shard.deliver(batch) { counts in collector.report(counts) }
             }
             return true
         }
