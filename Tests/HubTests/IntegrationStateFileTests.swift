@@ -211,8 +211,9 @@ import Testing
         }
     }
 
-    /// The state file is consumed when it is loaded; a start that then fails (its port is taken) writes it back, so
-    /// the next start still resumes the same epoch.
+    /// The state file is consumed when it is loaded; a start that then fails (the Unix socket's path is a regular
+    /// file, refused) writes it back, so the next start still resumes the same epoch. A start refused at its client
+    /// port fails before it loads anything (the ports are bound first): the file is left as it was.
     @Test func aStartThatFailsAfterLoadingKeepsTheState() throws {
         let first = try HubProcess()
         #expect(try first.publish(channel: "wallet_updates", account: "acc_1")["seq"] as? Int == 1)
@@ -221,6 +222,7 @@ import Testing
         let epoch = saved.split(separator: "recovery: saved epoch ").last?.split(separator: ":").first.map(String.init) ?? ""
         #expect(!epoch.isEmpty, "\(first.log)")
 
+        // Refused at the port: nothing loaded, nothing written.
         let taken = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(taken) }
         var address = sockaddr_in()
@@ -236,7 +238,18 @@ import Testing
             _ = try HubProcess(["--state-dir", first.stateDirectory, "--listen", "127.0.0.1:\(port)"])
             Issue.record("a hub started on a taken port")
         } catch {
-            #expect("\(error)".contains("recovery: saved epoch \(epoch)"), "\(error)")
+            #expect("\(error)".contains("127.0.0.1:\(port) is already in use") && !"\(error)".contains("recovery:"), "\(error)")
+        }
+        #expect(access(first.stateDirectory + "/recovery.state", F_OK) == 0)
+
+        // Refused after loading: the state is written back.
+        let blocked = first.stateDirectory + "/not-a-socket"
+        try "".write(toFile: blocked, atomically: true, encoding: .utf8)
+        do {
+            _ = try HubProcess(["--state-dir", first.stateDirectory, "--socket", blocked])
+            Issue.record("a hub started with a regular file as its socket")
+        } catch {
+            #expect("\(error)".contains("is not a socket") && "\(error)".contains("recovery: saved epoch \(epoch)"), "\(error)")
         }
         #expect(access(first.stateDirectory + "/recovery.state", F_OK) == 0)
         let third = try HubProcess(["--state-dir", first.stateDirectory])
