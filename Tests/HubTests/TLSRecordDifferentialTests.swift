@@ -57,14 +57,7 @@ import Testing
         /// What `ssl` has written and nobody has read yet.
         func written(by ssl: OpaquePointer) -> [UInt8] {
             guard let bio = SSL_get_wbio(ssl) else { return [] }
-            var out: [UInt8] = []
-            var chunk = [UInt8](repeating: 0, count: 32 * 1024)
-            while true {
-                let n = BIO_read(bio, &chunk, Int32(chunk.count))
-                if n <= 0 { break }
-                out += chunk.prefix(Int(n))
-            }
-            return out
+            return Self.drain { BIO_read(bio, $0, $1) }
         }
 
         /// Bytes for `ssl` to read.
@@ -75,15 +68,19 @@ import Testing
 
         /// Everything `ssl` can read from what was delivered to it.
         func read(_ ssl: OpaquePointer) -> [UInt8] {
+            defer { ERR_clear_error() }
+            return Self.drain { SSL_read(ssl, $0, $1) }
+        }
+
+        /// Calls `readInto(buffer, capacity)` until it returns 0 or less; what it read.
+        static func drain(_ readInto: (UnsafeMutableRawPointer, Int32) -> Int32) -> [UInt8] {
             var out: [UInt8] = []
             var chunk = [UInt8](repeating: 0, count: 32 * 1024)
             while true {
-                let n = SSL_read(ssl, &chunk, Int32(chunk.count))
-                if n <= 0 { break }
+                let n = chunk.withUnsafeMutableBytes { readInto($0.baseAddress!, Int32($0.count)) }
+                if n <= 0 { return out }
                 out += chunk.prefix(Int(n))
             }
-            ERR_clear_error()
-            return out
         }
 
         /// OpenSSL's records for `content` written by `ssl` (one `SSL_write`).
@@ -155,13 +152,18 @@ import Testing
         record.count < 5 ? 0 : (Int(record[3]) << 8 | Int(record[4])) - 16 - 1 - content
     }
 
-    @Test(arguments: suites.indices)
-    func clientRecordsAreByteIdenticalAndOpenBothWays(_ index: Int) throws {
-        let (name, suite) = Self.suites[index]
+    /// An OpenSSL pair after its handshake in suite `index`, and the hub's layers from the secrets it logged.
+    static func connected(_ index: Int) throws -> (name: String, pair: OpenSSLPair, hub: HubLayers) {
+        let (name, suite) = suites[index]
         let ca = try TestCA()
         let (cert, key) = try ca.issue("server", organization: "Differential")
         let pair = try OpenSSLPair(ciphersuite: name, certificate: cert, key: key)
-        let hub = try HubLayers(pair, suite: suite)
+        return (name, pair, try HubLayers(pair, suite: suite))
+    }
+
+    @Test(arguments: suites.indices)
+    func clientRecordsAreByteIdenticalAndOpenBothWays(_ index: Int) throws {
+        let (name, pair, hub) = try Self.connected(index)
         defer { hub.close() }
         for (i, size) in Self.sizes.enumerated() {
             // Without padding, then with OpenSSL's block padding (records rounded up to 256 bytes).
@@ -198,11 +200,7 @@ import Testing
 
     @Test(arguments: suites.indices)
     func serverRecordsAreByteIdenticalAndOpenBothWays(_ index: Int) throws {
-        let (name, suite) = Self.suites[index]
-        let ca = try TestCA()
-        let (cert, key) = try ca.issue("server", organization: "Differential")
-        let pair = try OpenSSLPair(ciphersuite: name, certificate: cert, key: key)
-        let hub = try HubLayers(pair, suite: suite)
+        let (name, pair, hub) = try Self.connected(index)
         defer { hub.close() }
         for (i, size) in Self.sizes.enumerated() {
             let data = Self.content(size, seed: 100 + i)
