@@ -422,6 +422,51 @@ struct ClusterTests {
         _ = redis
     }
 
+    /// The publishes of one socket read leave in one script call (Redis charges per call), and the node counts its
+    /// calls as Redis does (`hub_broker_publish_scripts_total`, `stats.cluster.publishScripts`): five lines in one
+    /// write are one call, numbered in order; two single publishes are two more.
+    @Test func publishesOfOneReadAreOneScriptCallAndCounted() throws {
+        let c = try Self.cluster(1)
+        let ws = try c.client(0, "acc_G")
+        #expect(try c.nodes[0].publish(channel: "wallet_updates", account: "acc_warm")["seq"] as? Int == 1)  // loads the script
+        // Redis's own record of each command (the slow log, with a threshold of 0): the publish script calls whose
+        // first key is acc_G's stream (heartbeats and presence are script calls too, on other keys).
+        let observer = try #require(c.redis).connect()
+        _ = try observer.call(["CONFIG", "SET", "slowlog-log-slower-than", "0"])
+        _ = try observer.call(["CONFIG", "SET", "slowlog-max-len", "10000"])
+        _ = try observer.call(["SLOWLOG", "RESET"])
+        func redisCalls() throws -> Int {
+            guard case .array(let entries) = try observer.call(["SLOWLOG", "GET", "10000"]) else { return -1 }
+            return entries.filter { entry in
+                guard case .array(let fields) = entry, fields.count > 3, case .array(let args) = fields[3], args.count > 3 else { return false }
+                return args[0].string?.uppercased() == "EVALSHA" && args[3].string?.hasSuffix(":m:a:14:wallet_updates:acc_G") == true
+            }.count
+        }
+        func counted() throws -> (metric: Int?, status: Int?) {
+            let body = try rawHTTP(port: c.nodes[0].port, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").body
+            let line = body.split(separator: "\n").first { $0.hasPrefix("hub_broker_publish_scripts_total ") }
+            let cluster = try c.nodes[0].stats()["cluster"] as? [String: Any]
+            return (line.flatMap { Int($0.split(separator: " ")[1]) }, cluster?["publishScripts"] as? Int)
+        }
+        let before = (redis: try redisCalls(), node: try counted())
+        #expect(before.redis == 0)
+        let socket = try c.nodes[0].admin()
+        let lines = (1...5).map { #"{"op":"publish","channel":"wallet_updates","account":"acc_G","type":"t","data":{"n":\#($0)},"id":\#($0)}"# }
+        try socket.send(Array(lines.joined(separator: "\n").utf8))
+        for n in 1...5 {
+            let reply = try parseObject(try #require(try socket.readLine()))
+            #expect(reply["id"] as? Int == n && reply["seq"] as? Int == n && reply["delivered"] as? Int == 1, "\(reply)")
+        }
+        let afterBatch = try redisCalls()
+        #expect(afterBatch - before.redis == 1, "five publishes of one read, one script call: \(before.redis) → \(afterBatch)")
+        for n in 6...7 { #expect(try c.nodes[0].publish(channel: "wallet_updates", account: "acc_G")["seq"] as? Int == n) }
+        #expect(try redisCalls() - before.redis == 3)
+        let after = try counted()
+        #expect(after.metric.map { $0 - (before.node.metric ?? -100) } == 3 && after.status.map { $0 - (before.node.status ?? -100) } == 3,
+                "before \(before.node), after \(after)")
+        #expect(try Self.events(ws, count: 7).map { $0["seq"] as? Int } == Array(1...7))
+    }
+
     /// While a subscribe waits for Redis, the connection reads nothing more; requests the client pipelined behind it
     /// (in the same TCP write, one split across the pause) are answered afterwards, in order, and events published
     /// meanwhile arrive after the reply, without gap or duplicate.

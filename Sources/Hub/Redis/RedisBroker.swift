@@ -498,6 +498,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
             let item = entry.call.items[entry.index]
             return RedisStreams.Publication(item.text, to: item.stream, idempotencyKey: item.idempotencyKey)
         }
+        stats.withLock { $0.publishScriptCalls += 1 }
         streams.publish(publications, candidateEpoch: candidateEpoch(), windowMillis: options.idempotencyWindowMillis,
                         liveness: sharded ? nil : nodes, liveNodes: sharded ? liveNodes : nil, on: commands) { [unowned self] result in
             switch result {

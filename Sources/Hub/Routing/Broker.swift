@@ -220,7 +220,9 @@ public struct ClusterStatistics: Sendable {
     /// Events of followed streams this node could not decode (written by a node of another version, or damaged).
     public var undecodable = 0
     public var reconnects = 0
-    /// Round trips of publish scripts: count and summed nanoseconds, and the largest.
+    /// Publish script calls sent (each numbers a batch of events: `published / publishScriptCalls` per call).
+    public var publishScriptCalls = 0
+    /// Publish requests answered through Redis: count, summed nanoseconds from queued to the last reply, the largest.
     public var publishRoundTrips = 0
     public var publishNanos: UInt64 = 0
     public var publishMaxNanos: UInt64 = 0

@@ -84,6 +84,7 @@ extension HubCore {
                 w.field("connected", cluster.connected); w.field("subscribed", cluster.subscribed)
                 if let error = cluster.lastError { w.field("lastError", error) }
                 w.field("published", cluster.published); w.field("publishFailures", cluster.publishFailures)
+                w.field("publishScripts", cluster.publishScriptCalls)
                 w.field("received", cluster.received); w.field("ignored", cluster.ignored)
                 w.field("gaps", cluster.gaps); w.field("filledEvents", cluster.filledEvents); w.field("unfillable", cluster.unfillable)
                 w.field("undecodable", cluster.undecodable)

@@ -63,10 +63,12 @@ enum MetricsText {
             metric("hub_broker_up", "gauge", "Cluster mode: 1 while both Redis connections (commands, fan-out) are up.", one(cluster.healthy ? 1 : 0))
             metric("hub_broker_publishes_total", "counter", "Cluster mode: events numbered in Redis through this node.", one(cluster.published))
             metric("hub_broker_publish_failures_total", "counter", "Cluster mode: publishes refused with BROKER_UNAVAILABLE.", one(cluster.publishFailures))
-            metric("hub_broker_publish_round_trip_seconds_sum", "counter", "Cluster mode: summed time from a publish batch's scripts sent to their last reply.",
+            metric("hub_broker_publish_scripts_total", "counter", "Cluster mode: publish script calls sent to Redis (each numbers a batch of events).",
+                   one(cluster.publishScriptCalls))
+            metric("hub_broker_publish_round_trip_seconds_sum", "counter", "Cluster mode: summed time from a publish request's events queued to their last reply.",
                    [("", String(Double(cluster.publishNanos) / 1e9))])
-            metric("hub_broker_publish_round_trip_seconds_count", "counter", "Cluster mode: publish batches sent to Redis.", one(cluster.publishRoundTrips))
-            metric("hub_broker_publish_round_trip_max_seconds", "gauge", "Cluster mode: the longest publish batch round trip.",
+            metric("hub_broker_publish_round_trip_seconds_count", "counter", "Cluster mode: publish requests answered through Redis.", one(cluster.publishRoundTrips))
+            metric("hub_broker_publish_round_trip_max_seconds", "gauge", "Cluster mode: the longest publish request round trip.",
                    [("", String(Double(cluster.publishMaxNanos) / 1e9))])
             metric("hub_broker_messages_total", "counter", "Cluster mode: fan-out messages received from Redis.", one(cluster.received))
             metric("hub_broker_gaps_total", "counter", "Cluster mode: gaps in a stream's numbering seen by this node (filled from history).", one(cluster.gaps))
