@@ -57,7 +57,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
     /// All channel epochs of the cluster start with this (the streams' own epochs follow it).
     public let epoch = "r"
     let channelNames: [String]
-    private let shards: [any FanoutShard]
+    private let fanout: Fanout
     private let options: RedisBrokerOptions
     private let streams: RedisStreams
     private let nodes: RedisNodes
@@ -81,8 +81,8 @@ public final class RedisBroker: Broker, @unchecked Sendable {
     private var liveNodes: (ids: [String], asOf: Int64)? = nil
     /// By the stream id's bytes (`ExactString`): canonically equivalent accounts are two streams here too.
     private var followed: [ExactString: Follow] = [:]
-    /// Events to hand to each loop at the next flush (index: the loop's, as in `shards`).
-    private var outgoing: [[PublishedEvent]] = []
+    /// Events received and not yet handed to the loops (at the next flush).
+    private var outgoing = Fanout.Batch()
     private var flushScheduled = false
     /// Publishes waiting for the next script call (`publishOnLoop`): each call's item by its index.
     private var queuedPublishes: [(call: PublishCall, index: Int)] = []
@@ -125,9 +125,8 @@ public final class RedisBroker: Broker, @unchecked Sendable {
     private final class Follow {
         let key: StreamKey
         let stream: RedisStreams.Stream
-        var followers = 0
-        /// Followers per loop (index: the loop's; a follower on an unknown loop counts on every loop).
-        var perLoop: [Int]
+        /// This node's connections that follow the stream, by loop.
+        var followers = LoopFollowers()
         var epoch: String? = nil
         /// The last seq delivered to the loops (nil: not known yet; the first read or message sets it).
         var lastSeq: UInt64? = nil
@@ -137,19 +136,9 @@ public final class RedisBroker: Broker, @unchecked Sendable {
         var confirmed = false
         var parked: [RedisStreams.Message] = []
 
-        init(key: StreamKey, stream: RedisStreams.Stream, loops: Int) {
+        init(key: StreamKey, stream: RedisStreams.Stream) {
             self.key = key
             self.stream = stream
-            perLoop = Array(repeating: 0, count: loops)
-        }
-
-        func add(loop: Int, _ n: Int) {
-            followers += n
-            if perLoop.indices.contains(loop) {
-                perLoop[loop] += n
-            } else {
-                for i in perLoop.indices { perLoop[i] += n }
-            }
         }
     }
 
@@ -158,7 +147,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
     public init(channelNames: [String], shards: [any FanoutShard], options: RedisBrokerOptions, loop: EventLoop,
                 log: @escaping @Sendable (String) -> Void) {
         self.channelNames = channelNames
-        self.shards = shards
+        fanout = Fanout(shards: shards)
         self.options = options
         sharded = options.sharded || options.endpoint.cluster
         clusterSlots = options.endpoint.cluster
@@ -249,7 +238,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
         // Presence may have been lost (Redis restarted) or dropped (this node looked dead): write it again.
         guard let commands else { return }
         for follow in followed.values {
-            streams.setPresence(follow.stream, node: nodeID, count: follow.followers, stamped: sharded, on: commands)
+            streams.setPresence(follow.stream, node: nodeID, count: follow.followers.total, stamped: sharded, on: commands)
         }
         if wasReady { refill() }
         wasReady = true
@@ -642,7 +631,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
         // The account is quoted with its control characters escaped: an id may hold a newline, and must not forge a line.
         log("cluster: stream \(follow.stream.channel)\(follow.stream.account.map { " of \($0.debugDescription)" } ?? " (broadcast)") restarted its numbering"
             + " (epoch \(old) → \(new)); closing its subscribers here with 1012 so they resubscribe")
-        for shard in shards { shard.numberingRestarted(follow.key) }
+        fanout.numberingRestarted(follow.key)
     }
 
     /// After a reconnect: every followed stream is read from its last delivered seq.
@@ -654,7 +643,7 @@ public final class RedisBroker: Broker, @unchecked Sendable {
 
     private func emit(_ follow: Follow, seq: UInt64, event bytes: [UInt8]) {
         // Only the loops that have followers of the stream (none once nobody here follows it).
-        guard follow.followers > 0 else { return }
+        guard !follow.followers.isEmpty else { return }
         guard let event = frame(key: follow.key, seq: seq, event: bytes) else {
             // Not an event this version writes (a node of another version, or a damaged history entry): said, not
             // silently dropped.
@@ -662,21 +651,18 @@ public final class RedisBroker: Broker, @unchecked Sendable {
             log("cluster: dropped event \(seq) of \(follow.stream.channel) that this node cannot decode; do all nodes run the same version?")
             return
         }
-        if outgoing.count != shards.count { outgoing = Array(repeating: [], count: shards.count) }
-        for (i, n) in follow.perLoop.enumerated() where n > 0 { outgoing[i].append(event) }
+        outgoing.append(event, loops: follow.followers.mask(loops: fanout.shards.count))
         if !flushScheduled {
             flushScheduled = true
             loop.execute { [unowned self] in self.flush() }
         }
     }
 
-    /// One batch per loop for everything received in one pass, to the loops that have followers of those streams.
+    /// One batch for everything received in one pass, to the loops that have followers of its streams.
     private func flush() {
         flushScheduled = false
-        for i in outgoing.indices where !outgoing[i].isEmpty {
-            shards[i].deliver(EventBatch(events: outgoing[i])) { _ in }
-            outgoing[i] = []
-        }
+        fanout.dispatch(outgoing) { _ in }
+        outgoing = Fanout.Batch()
     }
 
     /// The WebSocket frame of an event from its `ClusterWire` bytes; nil for bytes that are not one.
@@ -819,13 +805,13 @@ public final class RedisBroker: Broker, @unchecked Sendable {
         if let existing = followed[id] {
             follow = existing
         } else {
-            follow = Follow(key: key, stream: stream, loops: shards.count)
+            follow = Follow(key: key, stream: stream)
             followed[id] = follow
             stats.withLock { $0.followedStreams = followed.count }
         }
-        follow.add(loop: loop, 1)
+        follow.followers.add(loop: loop)
         if let commands, commands.canSend {
-            streams.setPresence(stream, node: nodeID, count: follow.followers, stamped: sharded, on: commands)
+            streams.setPresence(stream, node: nodeID, count: follow.followers.total, stamped: sharded, on: commands)
         }
     }
 
@@ -836,15 +822,15 @@ public final class RedisBroker: Broker, @unchecked Sendable {
                 let stream = self.stream(for: key)
                 let id = stream.exactID
                 guard let follow = self.followed[id] else { continue }
-                follow.add(loop: index, -1)
-                if follow.followers <= 0 {
+                guard follow.followers.remove(loop: index) else { continue }
+                if follow.followers.isEmpty {
                     self.followed[id] = nil
                     if self.options.layout == .streams, let subscriber = self.subscriber, subscriber.canSend {
                         subscriber.subscribe([self.unsubscribeCommand, self.streams.streamChannel(stream)])
                     }
                 }
                 if let commands = self.commands, commands.canSend {
-                    self.streams.setPresence(stream, node: self.nodeID, count: max(0, follow.followers), stamped: self.sharded, on: commands)
+                    self.streams.setPresence(stream, node: self.nodeID, count: follow.followers.total, stamped: self.sharded, on: commands)
                 }
             }
             let count = self.followed.count

@@ -288,7 +288,7 @@ final class StreamState {
 ///
 /// `mask` says which loops must be handed the stream's events: exactly the loops with followers, or every loop
 /// while a follower of unknown loop is there. An event must not miss a subscriber.
-struct LoopFollowers {
+package struct LoopFollowers {
     /// Counts of loops 0-3, 16 bits each (loop i in bits 16i...16i+15), while `large` is nil.
     private var small: UInt64 = 0
     private var large: Large? = nil
@@ -299,14 +299,16 @@ struct LoopFollowers {
         init(_ small: UInt64) { perLoop = (0..<4).map { UInt32(truncatingIfNeeded: small >> UInt64(16 * $0)) & 0xFFFF } }
     }
 
-    var total: Int {
+    package init() {}
+
+    package var total: Int {
         if let large { return large.perLoop.reduce(Int(large.anywhere)) { $0 + Int($1) } }
         return (0..<4).reduce(0) { $0 + Int(truncatingIfNeeded: small >> UInt64(16 * $1) & 0xFFFF) }
     }
-    var isEmpty: Bool { large == nil && small == 0 }
+    package var isEmpty: Bool { large == nil && small == 0 }
 
     /// One more follower on `loop` (-1: unknown).
-    mutating func add(loop: Int) {
+    package mutating func add(loop: Int) {
         if large == nil, loop >= 0, loop < 4, small >> UInt64(16 * loop) & 0xFFFF < 0xFFFE {
             small &+= 1 << UInt64(16 * loop)
             return
@@ -323,7 +325,7 @@ struct LoopFollowers {
     }
 
     /// One follower fewer on `loop`; false (and nothing changed) when that loop has none.
-    mutating func remove(loop: Int) -> Bool {
+    package mutating func remove(loop: Int) -> Bool {
         guard let l = large else {
             guard loop >= 0, loop < 4, small >> UInt64(16 * loop) & 0xFFFF > 0 else { return false }
             small &-= 1 << UInt64(16 * loop)
@@ -341,7 +343,7 @@ struct LoopFollowers {
     }
 
     /// The loops (bit i: loop i) of `loops` (at most 64) that must be handed the stream's events.
-    func mask(loops: Int) -> UInt64 {
+    package func mask(loops: Int) -> UInt64 {
         let all: UInt64 = loops >= 64 ? ~0 : (1 << UInt64(max(loops, 0))) &- 1
         var m: UInt64 = 0
         if let large {

@@ -33,7 +33,7 @@ public struct LocalBrokerOptions: Sendable {
 /// it) or after it (and delivered live: the read also made the connection's loop a follower, under the same lock).
 public final class LocalBroker: Broker {
     let channelNames: [String]
-    private let shards: [any FanoutShard]
+    private let fanout: Fanout
     public let epoch: String
     let options: LocalBrokerOptions
 
@@ -49,7 +49,7 @@ public final class LocalBroker: Broker {
     /// A fresh broker (new epoch), or one restored from a graceful stop's saved state.
     package init(channelNames: [String], shards: [any FanoutShard], options: LocalBrokerOptions, restoring saved: SavedBrokerState?) {
         self.channelNames = channelNames
-        self.shards = shards
+        fanout = Fanout(shards: shards)
         self.options = options
         let epoch = saved?.hubEpoch ?? LocalBroker.makeEpoch()
         self.epoch = epoch
@@ -72,18 +72,13 @@ public final class LocalBroker: Broker {
         let wall = wallClockSeconds()
         let collector = DeliveryCollector(broker: self, completion: completion)
         let handedOff = state.withLock { s -> Bool in
-            var events: [PublishedEvent] = []
-            events.reserveCapacity(drafts.count)
+            var batch = Fanout.Batch(capacity: drafts.count)
             var replies = [PublishReply](filledWith: PublishReply(seq: 0, delivered: 0, duplicate: false), count: drafts.count)
             // Per draft, the index of its event (-1: a duplicate). Made only once a duplicate turns up: until then
             // draft i is event i (an array less per batch).
             var eventOfDraft: [Int] = []
             var owned: [(event: Int, entry: IdempotencyEntry)] = []
             var waiting = 0
-            // The loops with followers of any of the batch's streams: the others are not handed it (nor woken).
-            var loops: UInt64 = 0
-            // Per event, its stream's loops: made once two events' loops differ (until then they are all `loops`).
-            var eventLoops: [UInt64] = []
             // Each draft is read in place (`drafts[i]`, not a copy per draft with its strings retained and released).
             for i in drafts.indices {
                 let key = drafts[i].stream
@@ -99,37 +94,22 @@ public final class LocalBroker: Broker {
                     continue
                 }
                 let (stream, seq) = s.history.number(key, now: now)
-                let followers = stream.loopFollowers.mask(loops: shards.count)
-                if !eventLoops.isEmpty {
-                    eventLoops.append(followers)
-                } else if !events.isEmpty && followers != loops {
-                    eventLoops.reserveCapacity(drafts.count)
-                    eventLoops.append(contentsOf: repeatElement(loops, count: events.count))
-                    eventLoops.append(followers)
-                }
-                loops |= followers
                 let event = Self.frame(drafts[i], channelName: channelNames[drafts[i].channel], seq: seq, now: now, wall: wall,
                                        writer: &s.writer)
                 s.history.retain(event, in: stream, now: now)
                 if let idempotencyKey = drafts[i].idempotencyKey,
                    let entry = s.idempotency.insert(key, idempotencyKey, seq: seq, now: now, wallTime: wall) {
-                    owned.append((events.count, entry))
+                    owned.append((batch.events.count, entry))
                 }
-                if !eventOfDraft.isEmpty { eventOfDraft.append(events.count) }
+                if !eventOfDraft.isEmpty { eventOfDraft.append(batch.events.count) }
                 replies[i].seq = seq
-                events.append(event)
+                batch.append(event, loops: stream.loopFollowers.mask(loops: fanout.shards.count))
             }
-            // Past 64 loops the mask cannot say: every loop is handed the batch.
-            let everyLoop = shards.count > 64
-            let handed = events.isEmpty ? 0 : (everyLoop ? shards.count : loops.nonzeroBitCount)
-            collector.prepare(events: events, replies: replies, eventOfDraft: eventOfDraft, owned: owned, waiting: waiting,
+            let handed = fanout.loopsHanded(batch)
+            collector.prepare(events: batch.events, replies: replies, eventOfDraft: eventOfDraft, owned: owned, waiting: waiting,
                               shards: handed)
             guard handed > 0 else { return false }
-            let batch = EventBatch(events: events, loops: everyLoop ? [] : eventLoops)
-
-            for (i, shard) in shards.enumerated() where everyLoop || (loops >> UInt64(i)) & 1 == 1 {
-                shard.deliver(batch) { counts in collector.report(counts) }
-            }
+            fanout.dispatch(batch) { counts in collector.report(counts) }
             return true
         }
         if !handedOff { collector.fannedOut() }
