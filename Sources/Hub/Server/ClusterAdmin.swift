@@ -12,21 +12,21 @@ extension HubCore {
     func operatorDisconnect(_ target: DisconnectTarget, code: UInt16, reason: String, node: String?, line: [UInt8],
                             id: RawJSON?, _ done: @escaping @Sendable ([UInt8]) -> Void) {
         if let node {
-            guard let redisBroker else {
+            guard let clusterNode else {
                 return done(replyLine {
                     SocketReplies.error(code: .notFound, message: "no node \(quotedForMessage(node)): this hub is not in a cluster", id: id, into: &$0)
                 })
             }
-            if node != redisBroker.nodeID {
-                return redisBroker.ask(line, only: node) { replies, missing in
+            if node != clusterNode.nodeID {
+                return clusterNode.ask(line, only: node) { replies, missing in
                     done(Self.relay(replies.first?.reply, from: node, missing: !missing.isEmpty, id: id))
                 }
             }
         }
         disconnect(target, code: code, reason: reason) { [self] count in
-            let local = Self.disconnectReply(count, target: target, node: redisBroker?.nodeID, id: id)
-            guard case .account = target, node == nil, let redisBroker else { return done(local) }
-            redisBroker.ask(line) { replies, missing in
+            let local = Self.disconnectReply(count, target: target, node: clusterNode?.nodeID, id: id)
+            guard case .account = target, node == nil, let clusterNode else { return done(local) }
+            clusterNode.ask(line) { replies, missing in
                 var total = count
                 for (_, reply) in replies { total += Self.disconnectedCount(in: reply) ?? 0 }
                 var w = JSONWriter(capacity: 256 + 96 * replies.count)

@@ -209,7 +209,7 @@ extension HubCore {
     /// `{"ok":true,"history":{...}}`: one stream's retained events after `since`, oldest first.
     /// `nodes`: the cluster's live nodes, each with what it says of itself; one line for a hub without `--broker`.
     func nodesJSON(id: RawJSON?, _ done: @escaping @Sendable ([UInt8]) -> Void) {
-        guard let redisBroker else {
+        guard let clusterNode else {
             var w = JSONWriter(capacity: 64)
             SocketReplies.beginOK(into: &w)
             w.field("cluster", false)
@@ -217,8 +217,8 @@ extension HubCore {
             SocketReplies.finishOK(id: id, into: &w)
             return done(w.takeBytes())
         }
-        let me = redisBroker.nodeID
-        redisBroker.listNodes { result in
+        let me = clusterNode.nodeID
+        clusterNode.listNodes { result in
             var w = JSONWriter(capacity: 1024)
             switch result {
             case .failure(let failure):
@@ -273,9 +273,9 @@ extension HubCore {
     /// appended as `"cluster":{"nodes":[{"node":ID,"reply":{…}}],"missing":[IDs that did not answer in 2 s]}`.
     /// Without a cluster, `local` unchanged.
     func withOtherNodes(_ local: [UInt8], asking request: [UInt8], _ done: @escaping @Sendable ([UInt8]) -> Void) {
-        guard let redisBroker, local.count >= 2, local[local.count - 2] == UInt8(ascii: "}"), local.last == 0x0A,
+        guard let clusterNode, local.count >= 2, local[local.count - 2] == UInt8(ascii: "}"), local.last == 0x0A,
               local.starts(with: Array(#"{"ok":true"#.utf8)) else { return done(local) }
-        redisBroker.ask(request) { replies, missing in
+        clusterNode.ask(request) { replies, missing in
             // `local` without its closing "}\n", then the cluster member and the close again.
             var w = JSONWriter(capacity: local.count + 64 + replies.reduce(0) { $0 + $1.reply.count + 32 })
             local.withUnsafeBytes { w.raw(UnsafeRawBufferPointer(rebasing: $0.dropLast(2))) }
@@ -318,8 +318,8 @@ extension HubCore {
     /// The live nodes' own counts (cluster mode), for the cluster-wide lines of `stats` and `channels`; nil when this
     /// hub is not in a cluster or Redis cannot be asked.
     func clusterView(_ done: @escaping @Sendable (ClusterView?) -> Void) {
-        guard let redisBroker else { return done(nil) }
-        redisBroker.listNodes { result in
+        guard let clusterNode else { return done(nil) }
+        clusterNode.listNodes { result in
             guard case .success(let nodes) = result else { return done(nil) }
             var view = ClusterView(nodes: nodes.count)
             for node in nodes {
@@ -349,8 +349,8 @@ extension HubCore {
 
     /// `history` in cluster mode: the stream's retained events are read from Redis.
     func clusterHistoryJSON(_ key: StreamKey, since: UInt64, id: RawJSON?, _ done: @escaping @Sendable ([UInt8]) -> Void) {
-        guard let redisBroker else { return done(historyJSON(key, since: since, id: id)) }
-        redisBroker.readHistory(key, after: since, limit: Self.historyPageSize + 1) { [self] result in
+        guard let clusterNode else { return done(historyJSON(key, since: since, id: id)) }
+        clusterNode.readHistory(key, after: since, limit: Self.historyPageSize + 1) { [self] result in
             switch result {
             case .success(let view):
                 done(historyJSON(view: view, key: key, id: id))

@@ -20,11 +20,11 @@ final class HubCore: Sendable {
     let verifier: JWTVerifier
     let authDescription: String
     let contexts: [LoopContext]
+    /// Numbers, keeps and carries events: the embedded `LocalBroker`, or a `RedisBroker` shared with other hubs.
     let broker: any Broker
-    /// The same broker, for what only the local one does (its state file); nil in cluster mode.
-    let localBroker: LocalBroker?
-    /// The same broker in cluster mode.
-    let redisBroker: RedisBroker?
+    /// In cluster mode, this hub as a node of the cluster (the same object as `broker`): its id, the other nodes,
+    /// admin requests across nodes, history in Redis. nil for the embedded broker.
+    let clusterNode: RedisBroker?
     let maxConnections: Int
     let descriptorLimit: Int
     /// The client port's address ("127.0.0.1:8080"), bound before the core is built.
@@ -45,7 +45,7 @@ final class HubCore: Sendable {
 
     init(configuration: HubConfiguration, verifier: JWTVerifier, authDescription: String, contexts: [LoopContext],
          maxConnections: Int, descriptorLimit: Int, listenAddress: String, log: @escaping @Sendable (String) -> Void,
-         logger: HubLogger? = nil, restoring saved: SavedBrokerState? = nil, redisBroker: RedisBroker? = nil) {
+         logger: HubLogger? = nil, restoring saved: SavedBrokerState? = nil, clusterNode: RedisBroker? = nil) {
         self.configuration = configuration
         rateLimit = RateLimit(limit: configuration.rateLimitPerMinute, periodSeconds: 60)
         channelNames = configuration.channels
@@ -53,27 +53,19 @@ final class HubCore: Sendable {
         self.verifier = verifier
         self.authDescription = authDescription
         self.contexts = contexts
-        if let redisBroker {
-            self.redisBroker = redisBroker
-            localBroker = nil
-            broker = redisBroker
-        } else {
-            let local = LocalBroker(channelNames: configuration.channels, shards: contexts.map { LoopShard(context: $0) },
-                                    options: configuration.brokerOptions, restoring: saved)
-            self.redisBroker = nil
-            localBroker = local
-            broker = local
-        }
+        self.clusterNode = clusterNode
+        broker = clusterNode ?? LocalBroker(channelNames: configuration.channels, shards: contexts.map { LoopShard(context: $0) },
+                                            options: configuration.brokerOptions, restoring: saved)
         self.maxConnections = maxConnections
         self.descriptorLimit = descriptorLimit
         self.listenAddress = listenAddress
         self.log = log
         self.logger = logger ?? HubLogger(lines: log)
-        redisBroker?.setControlHandler { [weak self] line, done in
+        clusterNode?.setControlHandler { [weak self] line, done in
             guard let self else { return done([]) }
             self.answerOtherNode(line, done)
         }
-        redisBroker?.setNodeInfo { [weak self] done in
+        clusterNode?.setNodeInfo { [weak self] done in
             guard let self else { return done("{}") }
             self.nodeInfoJSON(done)
         }
@@ -148,6 +140,9 @@ final class HubCore: Sendable {
     /// After a successful start: says which epoch the hub numbers in. The state file it resumed from is already
     /// gone (`StateFile.load` consumes it); from here on only a graceful stop writes one, so a crash or kill -9 means
     /// a new epoch next time.
+    /// The embedded broker, for what only it does (recovery state, the state file); nil in cluster mode.
+    private var localBroker: LocalBroker? { broker as? LocalBroker }
+
     func logRecoveryStart(restored saved: SavedBrokerState?) {
         guard localBroker != nil else {
             log("recovery: numbering and history live in Redis (cluster mode); no state file is used")
@@ -209,7 +204,7 @@ final class HubCore: Sendable {
     /// connected clients stay).
     func gatherHealthJSON(_ done: @escaping @Sendable (Int, String) -> Void) {
         gather({ $0.counters.upgraded }) { [self] counts in
-            let cluster = redisBroker?.cluster
+            let cluster = clusterNode?.cluster
             let degraded = cluster.map { !$0.healthy } ?? false
             done(degraded ? 503 : 200, healthJSON(connections: counts.reduce(0, +), cluster: cluster))
         }

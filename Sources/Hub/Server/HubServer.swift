@@ -121,7 +121,7 @@ public final class HubServer: Sendable {
         let saved = redisBroker == nil ? StateFile.load(directory: configuration.stateDirectory, log: log) : nil
         let core = HubCore(configuration: configuration, verifier: verifier, authDescription: authDescription, contexts: contexts,
                            maxConnections: maxConnections, descriptorLimit: limits.soft,
-                           listenAddress: address, log: log, logger: logger, restoring: saved, redisBroker: redisBroker)
+                           listenAddress: address, log: log, logger: logger, restoring: saved, clusterNode: redisBroker)
         for context in contexts {
             context.hub = core
             context.loop.execute { context.startHousekeeping() }
@@ -412,7 +412,7 @@ public final class HubServer: Sendable {
         let remaining = core.clientCount
         if remaining > 0 { core.logger.warn("shutdown: \(remaining) connections did not finish the close handshake in time; closing them") }
         // Cluster mode: leave the node registry and drop this node's presence while its loop still runs.
-        core.redisBroker?.shutdown()
+        core.clusterNode?.shutdown()
         group.shutdown()
         core.saveState()
         core.log("hub stopped")

@@ -191,7 +191,7 @@ final class SocketConnection: ConnectionHandler {
         case .history(let channel, let account, let since):
             guard let index = hub.channelIndex[channel] else { return replyUnknownChannel(channel, id: id) }
             let key = StreamKey(channel: index, account: account)
-            if hub.redisBroker != nil {
+            if hub.clusterNode != nil {
                 pending(estimate: 4096) { hub, done in hub.clusterHistoryJSON(key, since: since, id: id, done) }
             } else {
                 append(Slot(hub.historyJSON(key, since: since, id: id)))
