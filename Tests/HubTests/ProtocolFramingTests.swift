@@ -2,7 +2,9 @@ import Foundation
 import Testing
 @testable import Hub
 @testable import HubCluster
+@testable import HubEngine
 @testable import HubJSON
+@testable import HubRouting
 
 /// What the engine does around `LineFramer`: the bytes a scan leaves (an incomplete line) are kept and handed back
 /// in front of the next chunk. Returns each line (nil for a too-long one) and how many bytes are kept after each
@@ -98,29 +100,34 @@ struct ProtocolFramingTests {
 
     // MARK: Event encoding
 
-    func encoded(_ type: String, _ channel: String, _ seq: UInt64, broadcast: Bool, data: String?,
-                 headroom: Int = EventEncoding.defaultHeadroom) -> (all: [UInt8], payload: String) {
-        let (buffer, start) = data.map {
-            EventEncoding.encode(type: type, channel: channel, seq: seq, broadcast: broadcast, data: Array($0.utf8),
-                                 headroom: headroom)
-        } ?? EventEncoding.encode(type: type, channel: channel, seq: seq, broadcast: broadcast, data: nil,
-                                  headroom: headroom)
-        return (buffer, String(decoding: buffer[start...], as: UTF8.self))
+    /// An event framed as every broker frames it (`LocalBroker.frame`): the whole frame, and its payload as text.
+    func encoded(_ type: String, _ channel: String, _ seq: UInt64, broadcast: Bool, data: String) -> (event: PublishedEvent, payload: String) {
+        var writer = JSONWriter(capacity: 64)
+        let event = Array(data.utf8).withUnsafeBytes { raw in
+            LocalBroker.frame(EventDraft(channel: 0, account: broadcast ? nil : AccountID("acc"), type: type, data: raw),
+                              channelName: channel, seq: seq, now: 1, wall: 2, writer: &writer)
+        }
+        let frame = event.frame.bytes
+        let header = [126: 4, 127: 10][Int(frame[1] & 0x7F)] ?? 2  // the 7-bit length, or a 16- or 64-bit one after it
+        return (event, String(decoding: frame[header...], as: UTF8.self))
     }
 
     @Test func eventShape() throws {
         let e = encoded("wallet_balance_changed", "wallet_updates", 17, broadcast: false, data: #"{"balance":"1.5"}"#)
         #expect(e.payload == #"{"type":"wallet_balance_changed","channel":"wallet_updates","seq":17,"data":{"balance":"1.5"}}"#)
-        #expect(Array(e.all[..<10]) == Array(repeating: 0, count: 10))
+        #expect(Array(e.event.frame.bytes[..<2]) == [0x81, UInt8(e.payload.utf8.count)], "FIN, text, unmasked, its length")
+        #expect(String(decoding: e.event.data, as: UTF8.self) == #"{"balance":"1.5"}"#)
         let b = encoded("maintenance", "profile_updates", 3, broadcast: true, data: "{}")
         #expect(b.payload == #"{"type":"maintenance","channel":"profile_updates","seq":3,"broadcast":true,"data":{}}"#)
-        let n = encoded("t", "c", 1, broadcast: false, data: nil, headroom: 0)
-        #expect(n.payload == #"{"type":"t","channel":"c","seq":1,"data":null}"#)
-        #expect(n.all.count == n.payload.utf8.count)
-        let q = encoded("we\"ird\n", "c", UInt64.max, broadcast: false, data: "1", headroom: 4)
+        let q = encoded("we\"ird\n", "c", UInt64.max, broadcast: false, data: "1")
         #expect(q.payload == #"{"type":"we\"ird\n","channel":"c","seq":18446744073709551615,"data":1}"#)
-        #expect(q.all.count == 4 + q.payload.utf8.count)
         #expect((try? JSONSerialization.jsonObject(with: Data(q.payload.utf8))) != nil)
+        // Past 125 and 65 535 bytes of payload: the 16- and 64-bit lengths.
+        for size in [200, 70_000] {
+            let big = encoded("t", "c", 1, broadcast: true, data: "\"" + String(repeating: "x", count: size) + "\"")
+            #expect(big.payload.hasSuffix("x\"}") && big.payload.hasPrefix(#"{"type":"t""#))
+            #expect(big.event.frame.bytes[1] == (size < 65_536 ? 126 : 127))
+        }
     }
 
     @Test(arguments: [
@@ -131,19 +138,21 @@ struct ProtocolFramingTests {
         let e = encoded("t", "ch", 9, broadcast: true, data: data)
         let prefix = #"{"type":"t","channel":"ch","seq":9,"broadcast":true,"data":"#
         #expect(e.payload == prefix + data + "}")
-        // Exactly sized: one allocation, no slack.
-        #expect(e.all.count == 10 + EventEncoding.payloadSize(type: "t", channel: "ch", seq: 9, broadcast: true,
-                                                              dataCount: data.utf8.count))
+        #expect(String(decoding: e.event.data, as: UTF8.self) == data)
+        // The size the publish intake checks against the frame limit before numbering is the frame's exact size.
+        #expect(e.event.frame.count == EventEncoding.framedSize(payloadCount: EventEncoding.payloadSize(
+            type: "t", channel: "ch", seq: 9, broadcast: true, dataCount: data.utf8.count)))
     }
 
     @Test func fromAPublishLine() throws {
         let line = Array(#"{"op":"publish","channel":"c","account":"a","type":"t","data": { "x" : "\u0041" } }"#.utf8)
-        let (buffer, start) = try line.withUnsafeBytes { buf in
+        var writer = JSONWriter(capacity: 64)
+        let event = try line.withUnsafeBytes { buf in
             guard case .publish(let p) = try SocketRequest.parse(line: buf).request else { throw CancellationError() }
-            return EventEncoding.encode(type: p.type, channel: p.channel, seq: 1, broadcast: p.target == .broadcast,
-                                        data: p.dataBytes(in: buf))
+            return LocalBroker.frame(EventDraft(channel: 0, account: AccountID("a"), type: p.type, data: p.dataBytes(in: buf)),
+                                     channelName: p.channel, seq: 1, now: 1, wall: 2, writer: &writer)
         }
-        #expect(String(decoding: buffer[start...], as: UTF8.self)
+        #expect(String(decoding: event.frame.bytes[2...], as: UTF8.self)
                 == #"{"type":"t","channel":"c","seq":1,"data":{ "x" : "\u0041" }}"#)
         #expect(EventEncoding.framedSize(payloadCount: 125) == 127)
         #expect(EventEncoding.framedSize(payloadCount: 126) == 130)
