@@ -54,14 +54,6 @@ public final class TCPListener: Sendable {
         try serve(BoundTCPSocket.bind(address, backlog: backlog, clientSpeaksFirst: clientSpeaksFirst), on: loops, makeDelegate: makeDelegate)
     }
 
-    /// Serves a listening socket someone else bound (socket activation: the service manager keeps its own copy, so
-    /// connections queue in the kernel while no hub accepts). Takes `fd` over: it is closed when this throws or
-    /// when the listener closes; the manager's copy stays open.
-    public static func adopt(fd: Int32, on loops: [EventLoop], clientSpeaksFirst: Bool = false,
-                             makeDelegate: @escaping @Sendable (EventLoop) -> any ListenerDelegate) throws -> TCPListener {
-        try serve(BoundTCPSocket.adopt(fd: fd, clientSpeaksFirst: clientSpeaksFirst), on: loops, makeDelegate: makeDelegate)
-    }
-
     /// Starts accepting on `socket` on every loop; the listener takes the socket over (closed when this throws).
     public static func serve(_ socket: BoundTCPSocket, on loops: [EventLoop],
                              makeDelegate: @escaping @Sendable (EventLoop) -> any ListenerDelegate) throws -> TCPListener {
@@ -233,7 +225,9 @@ public final class BoundTCPSocket {
         try BoundTCPSocket(fd: TCPListener.openListeningSocket(address, backlog: backlog, deferAccept: clientSpeaksFirst))
     }
 
-    /// A listening socket someone else bound (socket activation); taken over (closed when this throws).
+    /// A listening socket someone else bound (socket activation: the service manager keeps its own copy, so
+    /// connections queue in the kernel while no hub accepts). Takes `fd` over: it is closed when this throws or when
+    /// the listener serving it closes; the manager's copy stays open.
     public static func adopt(fd: Int32, clientSpeaksFirst: Bool = false) throws -> BoundTCPSocket {
         try TCPListener.prepareAdopted(fd: fd, clientSpeaksFirst: clientSpeaksFirst)
         return try BoundTCPSocket(fd: fd)
